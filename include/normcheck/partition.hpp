@@ -1,0 +1,96 @@
+#pragma once
+/// \file partition.hpp
+/// A partitioned token set: the valid tokens of one optimizer update, dealt to W ranks and, on each
+/// rank, to the microbatches accumulated into the update. The model keeps per microbatch exactly the
+/// sums the gradients need, not the tokens, so a reader can build it without storing tokens.
+
+#include "normcheck/exact_sum.hpp"
+#include "normcheck/rational.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace normcheck {
+
+/// How the gradient all-reduce combines the ranks' gradients.
+enum class reducer_kind {
+  mean,  ///< sum across ranks, then divide by W (DDP's default)
+  sum,   ///< sum across ranks without dividing (e.g. a summing communication hook)
+};
+
+/// "mean" or "sum".
+std::string_view reducer_name(reducer_kind reducer) noexcept;
+
+/// One microbatch: how many valid tokens it holds, how many padded positions, and its target sums.
+struct microbatch_stats {
+  std::uint64_t valid_tokens = 0;
+  std::uint64_t padding = 0;
+  rational target_sum;      ///< Σ y over valid tokens
+  rational target_abs_sum;  ///< Σ |y| over valid tokens (for error bounds)
+};
+
+/// One rank's share of the update, microbatches in order (at least one).
+struct rank_stats {
+  std::vector<microbatch_stats> microbatches;
+
+  /// nᵣ: valid tokens over all microbatches.
+  std::uint64_t valid_tokens() const;
+  /// Padded positions over all microbatches.
+  std::uint64_t padding() const;
+  /// Σ y over the rank's valid tokens.
+  rational target_sum() const;
+};
+
+/// The update: ranks in rank order, the reducer, and the parameter value θ.
+struct partition {
+  std::vector<rank_stats> ranks;
+  reducer_kind reducer = reducer_kind::mean;
+  rational theta;
+
+  /// W: the ranks in the reduction.
+  std::uint64_t world_size() const { return ranks.size(); }
+  /// N: valid tokens of the whole update.
+  std::uint64_t valid_tokens() const;
+};
+
+/// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy.
+rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta);
+/// Sᵣ: a rank's derivative sum over all its microbatches.
+rational loss_gradient_sum(const rank_stats& rank, const rational& theta);
+
+/// Accumulates one microbatch token by token, exactly and without storing tokens.
+class microbatch_builder {
+public:
+  /// Adds a valid token given as a literal.
+  void add_token(const literal_parts& target);
+  /// Adds a valid token given as a rational.
+  void add_token(const rational& target);
+  /// Adds a position that holds no valid token.
+  void add_padding() { ++padding_; }
+  /// The microbatch's statistics.
+  microbatch_stats finish() const;
+
+private:
+  std::uint64_t valid_tokens_ = 0;
+  std::uint64_t padding_ = 0;
+  exact_sum positive_;  // Σ of the non-negative targets
+  exact_sum negative_;  // Σ of |y| over the negative targets
+};
+
+/// A token value, or nullopt for padding.
+using token = std::optional<rational>;
+
+/// Statistics of one microbatch given by its tokens.
+microbatch_stats summarize(const std::vector<token>& tokens);
+
+/// A partition with one microbatch per rank, from explicit tokens (tests, demos, reference checks).
+partition make_partition(const std::vector<std::vector<token>>& ranks, const rational& theta = 0,
+                         reducer_kind reducer = reducer_kind::mean);
+
+/// A partition from explicit microbatches per rank.
+partition make_accumulated_partition(const std::vector<std::vector<std::vector<token>>>& ranks, const rational& theta = 0,
+                         reducer_kind reducer = reducer_kind::mean);
+
+}  // namespace normcheck

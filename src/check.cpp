@@ -1,0 +1,116 @@
+#include "normcheck/check.hpp"
+
+#include <algorithm>
+#include <system_error>
+
+namespace normcheck {
+
+namespace {
+
+std::string value_text(const std::optional<rational>& value) {
+  return value ? to_string(*value) : std::string("undefined");
+}
+
+std::size_t index_of(strategy s) {
+  return static_cast<std::size_t>(std::find(all_strategies.begin(), all_strategies.end(), s) - all_strategies.begin());
+}
+
+void judge_rejection(file_report& report, const error& e, std::string_view text, const reader_limits& limits) {
+  report.rejection = e;
+  report.expected_error = text.empty() ? std::nullopt : find_expected_error(text, limits);
+  // A cut-off file never meets an expectation: its rejection says nothing about the whole document.
+  if (report.expected_error && *report.expected_error == e.code() && !e.truncated()) {
+    report.status = file_status::pass;
+    return;
+  }
+  report.status = file_status::error;
+  if (report.expected_error)
+    report.failures.push_back("expected rejection with " + std::string(code_name(*report.expected_error)) +
+                              ", but it was rejected with " + std::string(code_name(e.code())) +
+                              (e.truncated() ? " (the document is cut off)" : ""));
+}
+
+}  // namespace
+
+std::string_view status_name(file_status status) noexcept {
+  switch (status) {
+    case file_status::pass: return "pass";
+    case file_status::fail: return "fail";
+    case file_status::error: return "error";
+  }
+  return "error";
+}
+
+bool equals_objective(const gradient_set& gradients, strategy s) {
+  const auto& objective = gradients[index_of(strategy::global_mean)];
+  const auto& value = gradients[index_of(s)];
+  return objective && value && *objective == *value;
+}
+
+file_report check_text(std::string_view text, std::string source, const reader_limits& limits) {
+  file_report report;
+  report.file = source;
+  try {
+    partition_file document = read_partition(text, std::move(source), limits);
+    report.gradients = compute_gradients(document.update);
+    report.expected_error = document.expect_error;
+    report.document = std::move(document);
+  } catch (const error& e) {
+    judge_rejection(report, e, text, limits);
+    return report;
+  }
+  report.status = file_status::pass;
+  if (report.expected_error) {
+    report.status = file_status::fail;
+    report.failures.push_back("expected rejection with " + std::string(code_name(*report.expected_error)) +
+                              ", but the document was read without error");
+  }
+  for (const expectation& claim : report.document->expect) {
+    expectation_result result{claim.name, claim.value, report.gradients[index_of(claim.name)], false};
+    result.held = result.expected == result.actual;
+    if (!result.held) {
+      report.status = file_status::fail;
+      report.failures.push_back("expect " + std::string(strategy_name(claim.name)) + " = " +
+                                value_text(result.expected) + ", but it is " + value_text(result.actual));
+    }
+    report.expectations.push_back(std::move(result));
+  }
+  return report;
+}
+
+file_report check_path(const std::filesystem::path& path, const reader_limits& limits) {
+  std::string text;
+  try {
+    text = load_file(path, limits);
+  } catch (const error& e) {
+    file_report report;
+    report.file = path.string();
+    judge_rejection(report, e, {}, limits);
+    return report;
+  }
+  return check_text(text, path.string(), limits);
+}
+
+std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> inputs;
+  for (const fs::path& path : paths) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) {
+      inputs.push_back(path);
+      continue;
+    }
+    std::vector<fs::path> found;
+    fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      std::error_code type_ec;
+      if (it->path().extension() == ".json" && !it->is_directory(type_ec)) found.push_back(it->path());
+    }
+    if (ec) found.push_back(path);  // reported by its check
+    std::sort(found.begin(), found.end());
+    inputs.insert(inputs.end(), found.begin(), found.end());
+  }
+  return inputs;
+}
+
+}  // namespace normcheck

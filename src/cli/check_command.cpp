@@ -1,0 +1,52 @@
+// normcheck check: checks partition files and prints a text or JSON report.
+
+#include "commands.hpp"
+
+#include "normcheck/check.hpp"
+#include "normcheck/report.hpp"
+
+#include <iostream>
+#include <memory>
+
+namespace normcheck::cli {
+
+namespace {
+
+struct check_options {
+  std::vector<std::string> paths;
+  bool json = false;
+  reader_limits limits;
+};
+
+outcome run_check(const check_options& options) {
+  std::vector<std::filesystem::path> inputs(options.paths.begin(), options.paths.end());
+  std::vector<file_report> reports;
+  for (const std::filesystem::path& input : collect_inputs(inputs)) {
+    reports.push_back(check_path(input, options.limits));
+    if (!options.json) print_text(std::cout, reports.back());
+  }
+  const run_summary summary = summarize(reports);
+  if (options.json) print_json(std::cout, reports);
+  else print_summary(std::cout, summary);
+  if (summary.errors > 0) return outcome::rejected;
+  if (summary.failed > 0) return outcome::check_failed;
+  return outcome::holds;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app, action& run) {
+  auto options = std::make_shared<check_options>();
+  CLI::App* check =
+      app.add_subcommand("check", "Check normcheck/1 partition files (a directory: its *.json, recursively, sorted)");
+  check->add_option("paths", options->paths, "Partition files or directories")->required();
+  check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
+  check->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  check->add_option("--max-file-size", options->limits.max_file_size, "Largest file accepted, in bytes")
+      ->capture_default_str();
+  check->callback([&run, options] { run = [options] { return run_check(*options); }; });
+}
+
+}  // namespace normcheck::cli

@@ -1,0 +1,48 @@
+// The normcheck executable: registers the subcommands, runs the chosen one, and maps outcomes and
+// errors to exit statuses in this one place.
+
+#include "commands.hpp"
+
+#include "normcheck/errors.hpp"
+
+#include <iostream>
+
+namespace {
+
+/// The exit status of each outcome: 0 holds, 1 a check failed, 2 input rejected or misuse.
+int exit_status(normcheck::cli::outcome result) {
+  switch (result) {
+    case normcheck::cli::outcome::holds: return 0;
+    case normcheck::cli::outcome::check_failed: return 1;
+    case normcheck::cli::outcome::rejected: return 2;
+  }
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using normcheck::cli::outcome;
+  CLI::App app{"normcheck: exact verification of loss normalization in data-parallel training"};
+  app.set_version_flag("--version", "normcheck 0.1.0");
+  app.require_subcommand(1);
+
+  normcheck::cli::action run;
+  normcheck::cli::add_check_command(app, run);
+  normcheck::cli::add_reference_command(app, run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? exit_status(outcome::holds) : exit_status(outcome::rejected);
+  }
+  try {
+    return exit_status(run ? run() : outcome::rejected);
+  } catch (const normcheck::error& e) {
+    std::cerr << "normcheck: " << normcheck::describe(e) << "\n";
+    return exit_status(outcome::rejected);
+  } catch (const std::exception& e) {
+    std::cerr << "normcheck: internal error: " << e.what() << "\n";
+    return exit_status(outcome::rejected);
+  }
+}

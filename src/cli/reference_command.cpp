@@ -1,0 +1,34 @@
+// normcheck reference: the nine reference checks of the derivation.
+
+#include "commands.hpp"
+
+#include "normcheck/reference.hpp"
+
+#include <iostream>
+
+namespace normcheck::cli {
+
+namespace {
+
+outcome run_reference() {
+  std::size_t passed = 0;
+  std::size_t failed = 0;
+  const std::vector<reference_check> checks = run_reference_checks();
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const reference_check& check = checks[i];
+    ++(check.passed ? passed : failed);
+    std::cout << (check.passed ? "PASS " : "FAIL ") << i + 1 << ". " << check.claim << "\n       " << check.shows
+              << "\n";
+  }
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed == 0 ? outcome::holds : outcome::check_failed;
+}
+
+}  // namespace
+
+void add_reference_command(CLI::App& app, action& run) {
+  CLI::App* reference = app.add_subcommand("reference", "Run the nine reference checks of the derivation");
+  reference->callback([&run] { run = run_reference; });
+}
+
+}  // namespace normcheck::cli

@@ -1,0 +1,272 @@
+#include "normcheck/reader.hpp"
+
+#include <fstream>
+#include <sys/stat.h>
+
+namespace normcheck {
+
+namespace {
+
+constexpr std::string_view top_level_keys =
+    "format, ranks, world_size, reducer, theta, description, expect, expect_error";
+
+// Reads one document; each member's reader validates its value where it stands.
+class document_reader {
+public:
+  document_reader(std::string_view text, std::string source, const reader_limits& limits)
+      : json_(text, std::move(source), limits) {}
+
+  partition_file read() {
+    if (json_.peek() != json_kind::object) json_.fail_type("a normcheck/1 document", "a JSON object");
+    json_.begin_object();
+    std::string_view key;
+    bool saw_format = false;
+    bool saw_ranks = false;
+    std::uint64_t ranks_offset = 0;
+    std::uint64_t world_size_offset = 0;
+    while (json_.next_member(key)) {
+      if (key == "format") {
+        read_format();
+        saw_format = true;
+      } else if (key == "ranks") {
+        ranks_offset = json_.value_offset();
+        read_ranks();
+        saw_ranks = true;
+      } else if (key == "world_size") {
+        world_size_offset = json_.value_offset();
+        file_.declared_world_size = read_positive_integer("world_size");
+      } else if (key == "reducer") {
+        read_reducer();
+      } else if (key == "theta") {
+        file_.update.theta = read_exact("theta");
+      } else if (key == "description") {
+        if (json_.peek() != json_kind::string) json_.fail_type("description", "a string");
+        file_.description = std::string(json_.string_value());
+      } else if (key == "expect") {
+        read_expect();
+      } else if (key == "expect_error") {
+        read_expect_error();
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" (a normcheck/1 document has " +
+                       std::string(top_level_keys) + ")",
+                   json_.key_offset());
+      }
+    }
+    json_.finish();
+    if (!saw_format)
+      json_.fail(error_code::schema_error, "missing key \"format\": a partition file declares \"format\": \"normcheck/1\"", 0);
+    if (!saw_ranks)
+      json_.fail(error_code::schema_error, "missing key \"ranks\": the ranks of the update, one object each", 0);
+    const std::uint64_t ranks = file_.update.world_size();
+    if (file_.declared_world_size && *file_.declared_world_size != ranks)
+      json_.fail(error_code::world_size_mismatch,
+                 "world_size is " + std::to_string(*file_.declared_world_size) + " but the file lists " +
+                     std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
+                 world_size_offset);
+    if (file_.update.valid_tokens() == 0)
+      json_.fail(error_code::no_valid_tokens,
+                 "no rank holds a valid token (N = 0): the token-mean objective is undefined and the update "
+                 "must be rejected by a policy all ranks share, such as skipping it",
+                 ranks_offset);
+    return std::move(file_);
+  }
+
+private:
+  // An exact number: a JSON number, or a string holding a fraction, hexadecimal float or decimal.
+  literal_parts read_literal(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    const json_kind kind = json_.peek();
+    if (kind != json_kind::number && kind != json_kind::string)
+      json_.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
+    const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
+    std::string_view text = kind == json_kind::number ? json_.number_text() : json_.string_value();
+    try {
+      return parse_literal(text, form, json_.limits().numbers);
+    } catch (error& e) {
+      e.locate(json_.locate(offset));
+      throw;
+    }
+  }
+
+  rational read_exact(std::string_view what) { return to_rational(read_literal(what)); }
+
+  std::uint64_t read_positive_integer(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::number) json_.fail_type(what, "a positive integer");
+    rational value = read_exact(what);
+    if (denominator(value) != 1 || value <= 0 || value > rational(1u << 30))
+      json_.fail(error_code::schema_error,
+                 std::string(what) + " must be a positive integer (at most 2^30), found " + to_string(value), offset);
+    return static_cast<std::uint64_t>(numerator(value));
+  }
+
+  void read_format() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck/1\"");
+    std::string_view value = json_.string_value();
+    if (value != format_name)
+      json_.fail(error_code::schema_error,
+                 "unsupported format \"" + std::string(value) + "\": this normcheck reads \"normcheck/1\"", offset);
+  }
+
+  void read_reducer() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("reducer", "\"mean\" or \"sum\"");
+    std::string_view value = json_.string_value();
+    if (value == "mean") file_.update.reducer = reducer_kind::mean;
+    else if (value == "sum") file_.update.reducer = reducer_kind::sum;
+    else
+      json_.fail(error_code::schema_error,
+                 "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"", offset);
+  }
+
+  void read_ranks() {
+    if (json_.peek() != json_kind::array) json_.fail_type("ranks", "an array with one object per rank");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_array();
+    while (json_.next_element()) file_.update.ranks.push_back(read_rank());
+    if (file_.update.ranks.empty())
+      json_.fail(error_code::schema_error, "ranks must not be empty: list every rank of the reduction", offset);
+  }
+
+  rank_stats read_rank() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("each rank", "an object with \"targets\" or \"microbatches\", e.g. {\"targets\": [0, 2]}");
+    json_.begin_object();
+    rank_stats rank;
+    bool saw_targets = false;
+    bool saw_microbatches = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "targets") {
+        saw_targets = true;
+        rank.microbatches.push_back(read_tokens("targets"));
+      } else if (key == "microbatches") {
+        saw_microbatches = true;
+        const std::uint64_t list_offset = json_.value_offset();
+        if (json_.peek() != json_kind::array)
+          json_.fail_type("microbatches", "a non-empty array of token arrays");
+        json_.begin_array();
+        while (json_.next_element()) rank.microbatches.push_back(read_tokens("each microbatch"));
+        if (rank.microbatches.empty())
+          json_.fail(error_code::schema_error,
+                     "microbatches must not be empty: a rank takes part with at least one microbatch "
+                     "(an empty one, [], if it holds no token)",
+                     list_offset);
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in a rank (a rank has \"targets\" or \"microbatches\")",
+                   json_.key_offset());
+      }
+    }
+    if (saw_targets == saw_microbatches)
+      json_.fail(error_code::schema_error,
+                 saw_targets ? "a rank has both \"targets\" and \"microbatches\": give exactly one"
+                             : "a rank needs \"targets\" (one microbatch) or \"microbatches\" (several)",
+                 offset);
+    return rank;
+  }
+
+  microbatch_stats read_tokens(std::string_view what) {
+    if (json_.peek() != json_kind::array)
+      json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
+    json_.begin_array();
+    microbatch_builder builder;
+    while (json_.next_element()) {
+      if (json_.peek() == json_kind::null) {
+        json_.null_value();
+        builder.add_padding();
+      } else {
+        builder.add_token(read_literal("a token value"));
+      }
+    }
+    return builder.finish();
+  }
+
+  void read_expect() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("expect", "an object mapping gradient names to exact numbers or null");
+    json_.begin_object();
+    std::string_view key;
+    while (json_.next_member(key)) {
+      const std::optional<strategy> name = strategy_from_name(key);
+      if (!name) {
+        std::string names;
+        for (strategy s : all_strategies) names += (names.empty() ? "" : ", ") + std::string(strategy_name(s));
+        json_.fail(error_code::schema_error,
+                   "unknown gradient \"" + std::string(key) + "\" in expect (known: " + names + ")",
+                   json_.key_offset());
+      }
+      expectation entry{*name, std::nullopt};
+      if (json_.peek() == json_kind::null) json_.null_value();
+      else entry.value = read_exact("an expected gradient");
+      file_.expect.push_back(std::move(entry));
+    }
+  }
+
+  void read_expect_error() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("expect_error", "an error code string");
+    std::string_view value = json_.string_value();
+    const std::optional<error_code> code = code_from_name(value);
+    if (!code || *code == error_code::usage_error || *code == error_code::io_error)
+      json_.fail(error_code::schema_error,
+                 "expect_error \"" + std::string(value) + "\" is not an error code a document can produce",
+                 offset);
+    file_.expect_error = code;
+  }
+
+  json_reader json_;
+  partition_file file_;
+};
+
+}  // namespace
+
+partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits) {
+  return document_reader(text, std::move(source), limits).read();
+}
+
+std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits) {
+  try {
+    json_reader json(text, "", limits);
+    if (json.peek() != json_kind::object) return std::nullopt;
+    json.begin_object();
+    std::string_view key;
+    while (json.next_member(key)) {
+      if (key == "expect_error" && json.peek() == json_kind::string) {
+        std::optional<error_code> code = code_from_name(json.string_value());
+        return code;
+      }
+      json.skip_value();
+    }
+  } catch (const error&) {
+  }
+  return std::nullopt;
+}
+
+std::string load_file(const std::filesystem::path& path, const reader_limits& limits) {
+  const std::string name = path.string();
+  auto reject = [&](error_code code, const std::string& why) {
+    location where;
+    where.file = name;
+    throw error(code, why, where);
+  };
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) reject(error_code::io_error, "cannot open: no such file, or it cannot be reached");
+  if (S_ISDIR(info.st_mode)) reject(error_code::io_error, "is a directory where a file was expected");
+  if (!S_ISREG(info.st_mode)) reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
+  if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
+    reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
+                                           std::to_string(limits.max_file_size) + " (--max-file-size raises it)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) reject(error_code::io_error, "cannot be opened for reading (permission denied?)");
+  std::string text(static_cast<std::size_t>(info.st_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.gcount() != static_cast<std::streamsize>(text.size()))
+    reject(error_code::io_error, "changed size while it was read");
+  return text;
+}
+
+}  // namespace normcheck
