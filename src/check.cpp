@@ -47,6 +47,24 @@ bool equals_objective(const gradient_set& gradients, strategy s) {
   return objective && value && *objective == *value;
 }
 
+std::optional<std::string> declared_format(std::string_view text, const reader_limits& limits) {
+  try {
+    json_reader json(text, "", limits);
+    if (json.peek() != json_kind::object) return std::nullopt;
+    json.begin_object();
+    std::string_view key;
+    while (json.next_member(key)) {
+      if (key == "format") {
+        if (json.peek() != json_kind::string) return std::nullopt;
+        return std::string(json.string_value());
+      }
+      json.skip_value();
+    }
+  } catch (const error&) {
+  }
+  return std::nullopt;
+}
+
 file_report check_text(std::string_view text, std::string source, const reader_limits& limits) {
   file_report report;
   report.file = source;

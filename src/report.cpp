@@ -75,6 +75,12 @@ void print_text(std::ostream& out, const file_report& report) {
     print_rejection(out, report);
     return;
   }
+  if (!report.document) {
+    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
+    for (const std::string& line : report.details) out << "      " << line << "\n";
+    for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+    return;
+  }
   const partition_file& document = *report.document;
   const partition& update = document.update;
   out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
@@ -122,7 +128,7 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const file_report& report = reports[i];
     out << (i ? ",\n  " : "\n  ") << "{\"file\": " << json_quote(report.file)
-        << ", \"status\": " << json_quote(status_name(report.status));
+        << ", \"kind\": " << json_quote(report.kind) << ", \"status\": " << json_quote(status_name(report.status));
     if (report.document) {
       const partition& update = report.document->update;
       out << ", \"world_size\": " << update.world_size() << ", \"reducer\": " << json_quote(reducer_name(update.reducer))
@@ -161,6 +167,11 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
       else
         out << ", \"line\": null, \"column\": null";
       out << "}";
+    }
+    if (!report.details.empty()) {
+      out << ", \"details\": [";
+      for (std::size_t d = 0; d < report.details.size(); ++d) out << (d ? ", " : "") << json_quote(report.details[d]);
+      out << "]";
     }
     out << ", \"failures\": [";
     for (std::size_t f = 0; f < report.failures.size(); ++f)

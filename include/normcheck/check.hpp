@@ -35,6 +35,7 @@ struct expectation_result {
 /// Everything `check` found out about one file.
 struct file_report {
   std::string file;
+  std::string kind = "partition";              ///< what the file is: "partition", or another checked format
   file_status status = file_status::error;
   std::optional<partition_file> document;      ///< the document, when it was read
   gradient_set gradients;                      ///< valid when `document` is set
@@ -42,7 +43,12 @@ struct file_report {
   std::optional<error> rejection;              ///< why the file was rejected, expected or not
   std::optional<error_code> expected_error;    ///< the file's `expect_error`, if found
   std::vector<std::string> failures;           ///< each claim that does not hold, in words
+  std::vector<std::string> details;            ///< report lines of other kinds of file (no partition)
 };
+
+/// The `format` a document declares, if it declares one as a string among its top-level members.
+/// Never throws. Fast when `format` is the first member.
+std::optional<std::string> declared_format(std::string_view text, const reader_limits& limits = {});
 
 /// Checks a document given as text, naming it `source`.
 file_report check_text(std::string_view text, std::string source, const reader_limits& limits = {});
