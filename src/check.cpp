@@ -31,6 +31,45 @@ void judge_rejection(file_report& report, const error& e, std::string_view text,
 }
 
 }  // namespace
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+// Runs the gate on `observed` and decides whether the file's claim about it (or, without a claim, the
+// gate's own verdict) holds.
+void judge_gate(file_report& report) {
+  const partition_file& document = *report.document;
+  if (!document.observed) {
+    if (document.expect_gate) {
+      report.status = file_status::fail;
+      report.failures.push_back("expect_gate is given but the file has no observed result to judge");
+    }
+    return;
+  }
+  const gate_result& gate = report.gate.emplace(run_gate(document.update, *document.observed));
+  if (!document.expect_gate) {
+    if (gate.verdict != gate_verdict::pass) {
+      report.status = file_status::fail;
+      report.failures.push_back("gate: " + std::string(verdict_name(gate.verdict)));
+    }
+    return;
+  }
+  const std::vector<explanation>& given = gate.verdict == gate_verdict::fail ? gate.diagnosis : gate.could_hide;
+  std::vector<std::string> found;
+  for (const explanation& e : given) found.push_back(e.name);
+  std::vector<std::string> expected = document.expect_gate->explanations;
+  std::sort(found.begin(), found.end());
+  std::sort(expected.begin(), expected.end());
+  if (gate.verdict != document.expect_gate->verdict || found != expected) {
+    report.status = file_status::fail;
+    report.failures.push_back("expect_gate: verdict " + std::string(verdict_name(document.expect_gate->verdict)) +
+                              " with explanations [" + joined(expected) + "], but the gate concluded " +
+                              std::string(verdict_name(gate.verdict)) + " with [" + joined(found) + "]");
+  }
+}
+
 
 std::string_view status_name(file_status status) noexcept {
   switch (status) {
@@ -96,6 +135,7 @@ file_report check_text(std::string_view text, std::string source, const reader_l
   return report;
 }
 
+  judge_gate(report);
 file_report check_path(const std::filesystem::path& path, const reader_limits& limits) {
   std::string text;
   try {

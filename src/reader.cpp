@@ -8,7 +8,7 @@ namespace normcheck {
 namespace {
 
 constexpr std::string_view top_level_keys =
-    "format, ranks, world_size, reducer, theta, description, expect, expect_error";
+    "format, ranks, world_size, reducer, theta, description, expect, expect_error, observed, expect_gate";
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
@@ -24,6 +24,7 @@ public:
     bool saw_ranks = false;
     std::uint64_t ranks_offset = 0;
     std::uint64_t world_size_offset = 0;
+    std::uint64_t observed_offset = 0;
     while (json_.next_member(key)) {
       if (key == "format") {
         read_format();
@@ -46,6 +47,11 @@ public:
         read_expect();
       } else if (key == "expect_error") {
         read_expect_error();
+      } else if (key == "observed") {
+        observed_offset = json_.value_offset();
+        read_observed();
+      } else if (key == "expect_gate") {
+        read_expect_gate();
       } else {
         json_.fail(error_code::schema_error,
                    "unknown key \"" + std::string(key) + "\" (a normcheck/1 document has " +
@@ -64,6 +70,7 @@ public:
                  "world_size is " + std::to_string(*file_.declared_world_size) + " but the file lists " +
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
+    if (file_.observed) check_observed_shape(observed_offset);
     if (file_.update.valid_tokens() == 0)
       json_.fail(error_code::no_valid_tokens,
                  "no rank holds a valid token (N = 0): the token-mean objective is undefined and the update "
@@ -91,13 +98,17 @@ private:
 
   rational read_exact(std::string_view what) { return to_rational(read_literal(what)); }
 
-  std::uint64_t read_positive_integer(std::string_view what) {
+  std::uint64_t read_positive_integer(std::string_view what) { return read_count(what, 1); }
+
+  // A JSON integer in [minimum, 2^62]: world sizes and token counts.
+  std::uint64_t read_count(std::string_view what, std::uint64_t minimum) {
+    const std::string expected = minimum == 0 ? "a non-negative integer" : "a positive integer";
     const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::number) json_.fail_type(what, "a positive integer");
+    if (json_.peek() != json_kind::number) json_.fail_type(what, expected);
     rational value = read_exact(what);
-    if (denominator(value) != 1 || value <= 0 || value > rational(1u << 30))
+    if (denominator(value) != 1 || value < minimum || value > rational(integer(1) << 62))
       json_.fail(error_code::schema_error,
-                 std::string(what) + " must be a positive integer (at most 2^30), found " + to_string(value), offset);
+                 std::string(what) + " must be " + expected + " (at most 2^62), found " + to_string(value), offset);
     return static_cast<std::uint64_t>(numerator(value));
   }
 
@@ -106,6 +117,158 @@ private:
     if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck/1\"");
     std::string_view value = json_.string_value();
     if (value != format_name)
+  rational read_non_negative(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    rational value = read_exact(what);
+    if (value < 0)
+      json_.fail(error_code::schema_error, std::string(what) + " must not be negative, found " + to_string(value), offset);
+    return value;
+  }
+
+  void read_observed() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("observed", "an object with gradient or per_rank, and dtype");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_object();
+    observed_result observed;
+    bool saw_gradient = false;
+    bool saw_dtype = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "gradient") {
+        saw_gradient = true;
+        observed.per_rank.push_back(read_exact("observed.gradient"));
+      } else if (key == "per_rank") {
+        observed.from_per_rank = true;
+        const std::uint64_t list_offset = json_.value_offset();
+        if (json_.peek() != json_kind::array) json_.fail_type("observed.per_rank", "an array of exact numbers, one per rank");
+        json_.begin_array();
+        while (json_.next_element()) observed.per_rank.push_back(read_exact("each per_rank value"));
+        if (observed.per_rank.empty())
+          json_.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
+      } else if (key == "dtype") {
+        const std::uint64_t dtype_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("observed.dtype", "a dtype name");
+        std::string_view name = json_.string_value();
+        const std::optional<dtype> type = dtype_from_name(name);
+        if (!type)
+          json_.fail(error_code::schema_error,
+                     "unknown dtype \"" + std::string(name) + "\": expected float64, float32, bfloat16, float16 or exact",
+                     dtype_offset);
+        observed.type = *type;
+        saw_dtype = true;
+      } else if (key == "tokens") {
+        read_observed_tokens(observed);
+      } else if (key == "tolerance") {
+        read_tolerance(observed);
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) +
+                       "\" in observed (it has gradient or per_rank, dtype, tokens, tolerance)",
+                   json_.key_offset());
+      }
+    }
+    if (saw_gradient == observed.from_per_rank)
+      json_.fail(error_code::schema_error,
+                 saw_gradient ? "observed has both gradient and per_rank: give exactly one"
+                              : "observed needs gradient (the synchronized value) or per_rank (each rank's copy)",
+                 offset);
+    if (!saw_dtype)
+      json_.fail(error_code::schema_error,
+                 "observed needs dtype (float64, float32, bfloat16, float16 or exact): the error bound depends on it",
+                 offset);
+    file_.observed = std::move(observed);
+  }
+
+  void read_observed_tokens(observed_result& observed) {
+    if (json_.peek() != json_kind::object) json_.fail_type("observed.tokens", "an object with global and/or per_rank");
+    json_.begin_object();
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "global") {
+        observed.global_tokens = read_count("observed.tokens.global", 0);
+      } else if (key == "per_rank") {
+        if (json_.peek() != json_kind::array) json_.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
+        json_.begin_array();
+        while (json_.next_element()) observed.rank_tokens.push_back(read_count("each per-rank count", 0));
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in observed.tokens (it has global and per_rank)",
+                   json_.key_offset());
+      }
+    }
+  }
+
+  void read_tolerance(observed_result& observed) {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("observed.tolerance", "an object with absolute and/or relative");
+    json_.begin_object();
+    tolerance bound;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "absolute") bound.absolute = read_non_negative("tolerance.absolute");
+      else if (key == "relative") bound.relative = read_non_negative("tolerance.relative");
+      else
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in observed.tolerance (it has absolute and relative)",
+                   json_.key_offset());
+    }
+    observed.explicit_tolerance = std::move(bound);
+  }
+
+  // Shapes that depend on the number of ranks, checked once the whole document is read.
+  void check_observed_shape(std::uint64_t offset) {
+    const observed_result& observed = *file_.observed;
+    const std::uint64_t ranks = file_.update.world_size();
+    if (observed.from_per_rank && observed.per_rank.size() != ranks)
+      json_.fail(error_code::schema_error,
+                 "observed.per_rank has " + std::to_string(observed.per_rank.size()) + " values for " +
+                     std::to_string(ranks) + " ranks: give one per rank",
+                 offset);
+    if (!observed.rank_tokens.empty() && observed.rank_tokens.size() != ranks)
+      json_.fail(error_code::schema_error,
+                 "observed.tokens.per_rank has " + std::to_string(observed.rank_tokens.size()) + " counts for " +
+                     std::to_string(ranks) + " ranks: give one per rank",
+                 offset);
+  }
+
+  void read_expect_gate() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("expect_gate", "an object with verdict and explanations");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_object();
+    gate_expectation expected;
+    bool saw_verdict = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "verdict") {
+        const std::uint64_t verdict_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("expect_gate.verdict", "pass, fail or inconclusive");
+        std::string_view name = json_.string_value();
+        if (name == "pass") expected.verdict = gate_verdict::pass;
+        else if (name == "fail") expected.verdict = gate_verdict::fail;
+        else if (name == "inconclusive") expected.verdict = gate_verdict::inconclusive;
+        else
+          json_.fail(error_code::schema_error,
+                     "unknown verdict \"" + std::string(name) + "\": expected pass, fail or inconclusive", verdict_offset);
+        saw_verdict = true;
+      } else if (key == "explanations") {
+        if (json_.peek() != json_kind::array) json_.fail_type("expect_gate.explanations", "an array of names");
+        json_.begin_array();
+        while (json_.next_element()) {
+          if (json_.peek() != json_kind::string) json_.fail_type("each explanation", "a name such as \"local_mean\"");
+          expected.explanations.emplace_back(json_.string_value());
+        }
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in expect_gate (it has verdict and explanations)",
+                   json_.key_offset());
+      }
+    }
+    if (!saw_verdict) json_.fail(error_code::schema_error, "expect_gate needs a verdict", offset);
+    file_.expect_gate = std::move(expected);
+  }
+
       json_.fail(error_code::schema_error,
                  "unsupported format \"" + std::string(value) + "\": this normcheck reads \"normcheck/1\"", offset);
   }
@@ -174,11 +337,17 @@ private:
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
     json_.begin_array();
     microbatch_builder builder;
+  // The hot loop: each literal is read straight from the input into machine integers and summed
+  // without allocating; what that path does not take (fractions, long significands, anything
+  // malformed) goes through parse_literal.
     while (json_.next_element()) {
-      if (json_.peek() == json_kind::null) {
+      if (json_.machine_value(fast)) {
+        builder.add_token(fast);
+      } else if (json_.peek() == json_kind::null) {
         json_.null_value();
         builder.add_padding();
       } else {
+    machine_literal fast;
         builder.add_token(read_literal("a token value"));
       }
     }
@@ -190,6 +359,7 @@ private:
       json_.fail_type("expect", "an object mapping gradient names to exact numbers or null");
     json_.begin_object();
     std::string_view key;
+
     while (json_.next_member(key)) {
       const std::optional<strategy> name = strategy_from_name(key);
       if (!name) {

@@ -38,19 +38,22 @@ reference_check value_check(const std::vector<std::vector<token>>& ranks, const 
 }  // namespace
 
 std::vector<reference_check> run_reference_checks() {
+  const rational minus_three_halves = rational(-3) / 2;
+  const rational half = rational(1) / 2;
+  const rational quarter = rational(1) / 4;
   const std::vector<std::vector<token>> unequal{{0}, {2, 2, 2}};
   const std::vector<std::vector<token>> equal{{0, 2}, {2, 2}};
   std::vector<reference_check> checks;
 
-  checks.push_back(value_check(unequal, 0, strategy::global_mean, rational(-3, 2),
+  checks.push_back(value_check(unequal, 0, strategy::global_mean, minus_three_halves,
                                "the objective: the mean derivative over all four valid tokens"));
   checks.push_back(value_check(unequal, 0, strategy::local_mean, -1,
                                "averaging per-rank means weights the ranks equally, not the tokens: it is not the objective"));
-  checks.push_back(value_check(unequal, 0, strategy::scaled_sum, rational(-3, 2),
+  checks.push_back(value_check(unequal, 0, strategy::scaled_sum, minus_three_halves,
                                "backpropagating W·Sᵣ/N compensates the reducer's division by W exactly"));
-  checks.push_back(value_check(equal, 0, strategy::scaled_sum, rational(-3, 2),
+  checks.push_back(value_check(equal, 0, strategy::scaled_sum, minus_three_halves,
                                "the compensated gradient does not depend on how the tokens are dealt to ranks"));
-  checks.push_back(value_check(equal, 0, strategy::local_mean, rational(-3, 2),
+  checks.push_back(value_check(equal, 0, strategy::local_mean, minus_three_halves,
                                "with equal counts the averaged local means agree: equal partitions are only a control"));
   checks.push_back(value_check({{}, {2, 2}}, 0, strategy::scaled_sum, -2,
                                "a rank without valid tokens contributes exactly zero and the result stays the token mean"));
@@ -74,8 +77,8 @@ std::vector<reference_check> run_reference_checks() {
     check.claim = "the weight of rank 0's single token is " + show(rank_weight) + " in the averaged local means but " +
                   show(token_weight) + " in the token mean";
     check.shows = "averaging means gives each rank 1/W of the weight; the objective gives each token 1/N";
-    check.passed = rank_weight && token_weight && *rank_weight == rational(1, 2) &&
-                   *token_weight == rational(1, 4) && *rank_weight != *token_weight;
+    check.passed = rank_weight && token_weight && *rank_weight == half &&
+                   *token_weight == quarter && *rank_weight != *token_weight;
     checks.push_back(std::move(check));
   }
   {

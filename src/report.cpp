@@ -1,6 +1,7 @@
 #include "normcheck/report.hpp"
 
 #include <cstdio>
+#include <sstream>
 
 namespace normcheck {
 
@@ -22,6 +23,57 @@ std::string padded(std::string_view text, std::size_t width) {
   std::string out(text);
   if (chars < width) out.append(width - chars, ' ');
   return out;
+}
+
+void print_explanations(std::ostream& out, std::string_view heading, const std::vector<explanation>& list) {
+  for (const explanation& e : list) {
+    out << "        " << heading << " " << e.name << " = " << exact_for_screen(e.value) << " (≈ " << approximate(e.value)
+        << ")\n          what was computed: " << e.computed << "\n          why it is wrong: " << e.why_wrong
+        << "\n          instead: " << e.instead << "\n";
+  }
+}
+
+void print_gate(std::ostream& out, const gate_result& gate) {
+  out << "      gate (" << dtype_name(gate.type) << "): observed " << exact_for_screen(gate.observed) << " (≈ "
+      << approximate(gate.observed) << "), objective " << exact_for_screen(gate.objective) << " (≈ "
+      << approximate(gate.objective) << ")\n";
+  out << "        bound " << (gate.bound ? exact_for_screen(gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
+      << (gate.bound_is_explicit ? ", from the file's tolerance" : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
+      << "\n";
+  for (const gate_check& check : gate.checks)
+    out << "        " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
+  out << "        verdict: " << verdict_name(gate.verdict) << "\n";
+  print_explanations(out, "diagnosis:", gate.diagnosis);
+  print_explanations(out, "could hide:", gate.could_hide);
+  if (gate.ratio)
+    out << "        unexplained: observed / objective = " << exact_for_screen(gate.ratio) << " (≈ " << approximate(*gate.ratio)
+        << "), no known mistake fits\n";
+}
+
+void json_explanations(std::ostream& out, const std::vector<explanation>& list) {
+  out << "[";
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const explanation& e = list[i];
+    out << (i ? ", " : "") << "{\"name\": " << json_quote(e.name) << ", \"value\": " << json_quote(to_string(e.value))
+        << ", \"bound\": " << json_value(e.bound) << ", \"computed\": " << json_quote(e.computed)
+        << ", \"why_wrong\": " << json_quote(e.why_wrong) << ", \"instead\": " << json_quote(e.instead) << "}";
+  }
+  out << "]";
+}
+
+void json_gate(std::ostream& out, const gate_result& gate) {
+  out << "{\"verdict\": " << json_quote(verdict_name(gate.verdict)) << ", \"dtype\": " << json_quote(dtype_name(gate.type))
+      << ", \"observed\": " << json_quote(to_string(gate.observed)) << ", \"objective\": " << json_quote(to_string(gate.objective))
+      << ", \"bound\": " << json_value(gate.bound) << ", \"bound_is_explicit\": " << (gate.bound_is_explicit ? "true" : "false")
+      << ", \"rounding_depth\": " << gate.rounding_depth << ", \"checks\": [";
+  for (std::size_t i = 0; i < gate.checks.size(); ++i)
+    out << (i ? ", " : "") << "{\"name\": " << json_quote(gate.checks[i].name)
+        << ", \"passed\": " << (gate.checks[i].passed ? "true" : "false") << ", \"detail\": " << json_quote(gate.checks[i].detail) << "}";
+  out << "], \"diagnosis\": ";
+  json_explanations(out, gate.diagnosis);
+  out << ", \"could_hide\": ";
+  json_explanations(out, gate.could_hide);
+  out << ", \"ratio\": " << json_value(gate.ratio) << "}";
 }
 
 void print_rejection(std::ostream& out, const file_report& report) {
@@ -103,7 +155,7 @@ void print_text(std::ostream& out, const file_report& report) {
     const strategy s = all_strategies[i];
     const std::optional<rational>& value = report.gradients[i];
     out << "      " << padded(strategy_name(s), 16) << padded(strategy_formula(s), 19) << "= "
-        << padded(exact_for_screen(value), 14);
+        << padded(exact_for_screen(value), 14) << " ";
     if (value) out << padded("≈ " + approximate(*value), 16);
     else out << padded("", 16);
     if (s == strategy::global_mean) out << "the objective";
@@ -111,6 +163,9 @@ void print_text(std::ostream& out, const file_report& report) {
     else out << (equals_objective(report.gradients, s) ? "equals the objective" : "differs from the objective");
     out << "\n";
   }
+  if (report.gate) print_gate(out, *report.gate);
+  if (report.gate && document.expect_gate && report.status == file_status::pass)
+    out << "      expect_gate " << verdict_name(document.expect_gate->verdict) << ": holds\n";
   for (const expectation_result& claim : report.expectations)
     out << "      expect " << strategy_name(claim.name) << " = "
         << exact_for_screen(claim.expected) << ": " << (claim.held ? "holds" : "DOES NOT HOLD") << "\n";
@@ -155,6 +210,10 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
             << ", \"held\": " << (claim.held ? "true" : "false") << "}";
       }
       out << "]";
+      if (report.gate) {
+        out << ", \"gate\": ";
+        json_gate(out, *report.gate);
+      }
     } else {
       out << ", \"gradients\": null";
     }
@@ -181,6 +240,74 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
   const run_summary summary = summarize(reports);
   out << (reports.empty() ? "" : "\n") << "], \"passed\": " << summary.passed << ", \"failed\": " << summary.failed
       << ", \"errors\": " << summary.errors << "}\n";
+}
+
+}  // namespace normcheck
+
+namespace normcheck {
+
+namespace {
+
+std::string xml_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // XML 1.0 forbids most control characters even when escaped.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' && c != '\r') out += ' ';
+        else out += c;
+    }
+  }
+  return out;
+}
+
+// One line that names what went wrong, for the failure message attribute.
+std::string failure_message(const file_report& report) {
+  if (report.rejection && report.status != file_status::pass) return describe(*report.rejection);
+  if (report.gate && report.gate->verdict != gate_verdict::pass) {
+    const gate_result& gate = *report.gate;
+    const std::vector<explanation>& list = gate.verdict == gate_verdict::fail ? gate.diagnosis : gate.could_hide;
+    std::string names;
+    for (const explanation& e : list) names += (names.empty() ? "" : ", ") + e.name;
+    std::string message = std::string(verdict_name(gate.verdict));
+    for (const gate_check& check : gate.checks)
+      if (!check.passed) message += ": " + check.name + " check failed";
+    if (!names.empty()) message += gate.verdict == gate_verdict::fail ? ": diagnosed as " + names : ": could hide " + names;
+    else if (gate.ratio) message += ": unexplained, observed/objective = " + to_string(*gate.ratio);
+    return message;
+  }
+  return report.failures.empty() ? std::string("failed") : report.failures.front();
+}
+
+}  // namespace
+
+std::string junit_report(const std::vector<file_report>& reports) {
+  const run_summary summary = summarize(reports);
+  std::ostringstream out;
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"normcheck\" tests=\"" << reports.size()
+      << "\" failures=\"" << summary.failed << "\" errors=\"" << summary.errors << "\">\n"
+      << "  <testsuite name=\"normcheck check\" tests=\"" << reports.size() << "\" failures=\"" << summary.failed
+      << "\" errors=\"" << summary.errors << "\" skipped=\"0\">\n";
+  for (const file_report& report : reports) {
+    out << "    <testcase classname=\"normcheck." << xml_escape(report.kind) << "\" name=\"" << xml_escape(report.file) << "\"";
+    if (report.status == file_status::pass) {
+      out << "/>\n";
+      continue;
+    }
+    std::ostringstream text;
+    print_text(text, report);
+    const char* element = report.status == file_status::error ? "error" : "failure";
+    out << ">\n      <" << element << " message=\"" << xml_escape(failure_message(report)) << "\" type=\""
+        << (report.rejection ? code_name(report.rejection->code()) : std::string_view("check_failed")) << "\">"
+        << xml_escape(text.str()) << "</" << element << ">\n    </testcase>\n";
+  }
+  out << "  </testsuite>\n</testsuites>\n";
+  return out.str();
 }
 
 }  // namespace normcheck

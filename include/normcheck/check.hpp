@@ -4,6 +4,7 @@
 /// whether the file's claims (`expect`, `expect_error`) hold.
 
 #include "normcheck/errors.hpp"
+#include "normcheck/gate.hpp"
 #include "normcheck/gradients.hpp"
 #include "normcheck/reader.hpp"
 
@@ -44,6 +45,7 @@ struct file_report {
   std::optional<error_code> expected_error;    ///< the file's `expect_error`, if found
   std::vector<std::string> failures;           ///< each claim that does not hold, in words
   std::vector<std::string> details;            ///< report lines of other kinds of file (no partition)
+  std::optional<gate_result> gate;             ///< the gate's judgement of `observed`, when the file has one
 };
 
 /// The `format` a document declares, if it declares one as a string among its top-level members.

@@ -4,8 +4,10 @@
 /// per-microbatch sums (no token is stored).
 
 #include "normcheck/errors.hpp"
+#include "normcheck/gate.hpp"
 #include "normcheck/gradients.hpp"
 #include "normcheck/json_reader.hpp"
+#include "normcheck/observed.hpp"
 #include "normcheck/partition.hpp"
 
 #include <filesystem>
@@ -25,6 +27,13 @@ struct expectation {
   std::optional<rational> value;
 };
 
+/// What a file expects the gate to conclude: the verdict and the names of the explanations it gives
+/// (the diagnosis of a failure, or the mistakes that could hide in an inconclusive verdict).
+struct gate_expectation {
+  gate_verdict verdict = gate_verdict::pass;
+  std::vector<std::string> explanations;
+};
+
 /// A partition file as read: the update and what the file claims about it.
 struct partition_file {
   partition update;
@@ -32,6 +41,8 @@ struct partition_file {
   std::string description;
   std::vector<expectation> expect;
   std::optional<error_code> expect_error;
+  std::optional<observed_result> observed;        ///< what training code produced, if dumped
+  std::optional<gate_expectation> expect_gate;   ///< the gate's expected conclusion, if stated
 };
 
 /// Reads a normcheck/1 document. Throws `error` with the code and location of the first problem;

@@ -28,6 +28,9 @@ void print_summary(std::ostream& out, const run_summary& summary);
 /// Writes `{"reports": [...], "passed": n, "failed": n, "errors": n}` (full fractions, canonical).
 void print_json(std::ostream& out, const std::vector<file_report>& reports);
 
+/// JUnit XML for CI test reporters: one test case per file; a failure's message is its diagnosis.
+std::string junit_report(const std::vector<file_report>& reports);
+
 /// `text` as a JSON string literal, quotes included.
 std::string json_quote(std::string_view text);
 

@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "normcheck/check.hpp"
+#include "normcheck/output.hpp"
 #include "normcheck/report.hpp"
 
 #include <iostream>
@@ -15,6 +16,7 @@ namespace {
 struct check_options {
   std::vector<std::string> paths;
   bool json = false;
+  std::string junit;
   reader_limits limits;
 };
 
@@ -28,6 +30,7 @@ outcome run_check(const check_options& options) {
   const run_summary summary = summarize(reports);
   if (options.json) print_json(std::cout, reports);
   else print_summary(std::cout, summary);
+  if (!options.junit.empty()) write_file_atomically(options.junit, junit_report(reports));
   if (summary.errors > 0) return outcome::rejected;
   if (summary.failed > 0) return outcome::check_failed;
   return outcome::holds;
@@ -41,6 +44,7 @@ void add_check_command(CLI::App& app, action& run) {
       app.add_subcommand("check", "Check normcheck/1 partition files (a directory: its *.json, recursively, sorted)");
   check->add_option("paths", options->paths, "Partition files or directories")->required();
   check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
+  check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)");
   check->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   normcheck::cli::action run;
   normcheck::cli::add_check_command(app, run);
   normcheck::cli::add_reference_command(app, run);
+  normcheck::cli::add_suggest_command(app, run);
 
   try {
     app.parse(argc, argv);

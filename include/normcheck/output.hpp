@@ -1,0 +1,14 @@
+#pragma once
+/// \file output.hpp
+/// Writing report files so that an interrupted run leaves the old file or none, never half of one.
+
+#include <filesystem>
+#include <string_view>
+
+namespace normcheck {
+
+/// Writes `content` to a temporary file beside `path`, then renames it over `path`.
+/// Throws `error(io_error)` naming the path when it cannot.
+void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+}  // namespace normcheck

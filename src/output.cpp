@@ -1,0 +1,48 @@
+#include "normcheck/output.hpp"
+
+#include "normcheck/errors.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <string>
+#include <unistd.h>
+
+namespace normcheck {
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  const std::string target = path.string();
+  auto fail = [&](const std::string& what) {
+    location where;
+    where.file = target;
+    throw error(error_code::io_error, what + ": " + std::strerror(errno), where);
+  };
+  std::string temporary = target + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
+  if (fd < 0) fail("cannot create a temporary file beside it");
+  std::size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      fail("cannot write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::fchmod(fd, 0644) != 0) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    fail("cannot flush");
+  }
+  ::close(fd);
+  if (std::rename(temporary.c_str(), target.c_str()) != 0) {
+    ::unlink(temporary.c_str());
+    fail("cannot rename the temporary file over it");
+  }
+}
+
+}  // namespace normcheck
