@@ -21,5 +21,7 @@ using action = std::function<outcome()>;
 void add_check_command(CLI::App& app, action& run);
 void add_reference_command(CLI::App& app, action& run);
 void add_suggest_command(CLI::App& app, action& run);
+void add_demo_command(CLI::App& app, action& run);
+void add_lab_command(CLI::App& app, action& run);
 
 }  // namespace normcheck::cli

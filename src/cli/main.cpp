@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   normcheck::cli::add_check_command(app, run);
   normcheck::cli::add_reference_command(app, run);
   normcheck::cli::add_suggest_command(app, run);
+  normcheck::cli::add_demo_command(app, run);
+  normcheck::cli::add_lab_command(app, run);
 
   try {
     app.parse(argc, argv);
