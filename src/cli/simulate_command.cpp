@@ -1,0 +1,58 @@
+// normcheck simulate: runs a normcheck-scenario/1 file exactly and prints every step of every rank.
+
+#include "commands.hpp"
+
+#include "normcheck/reader.hpp"
+#include "normcheck/report.hpp"
+#include "normcheck/simulate.hpp"
+
+#include <iostream>
+#include <memory>
+
+namespace normcheck::cli {
+
+namespace {
+
+struct simulate_options {
+  std::string path;
+  bool json = false;
+  reader_limits limits;
+};
+
+outcome run_simulate(const simulate_options& options) {
+  const std::string text = load_file(options.path, options.limits);
+  const scenario s = read_scenario(text, options.path, options.limits);
+  const simulation run = simulate(s);
+  std::vector<std::string> failures = unmet_expectations(s, run);
+  if (s.expect_error)
+    failures.insert(failures.begin(), "expected rejection with " + std::string(code_name(*s.expect_error)) +
+                                          ", but the scenario was read without error");
+  if (options.json) {
+    print_simulation_json(std::cout, options.path, s, run, failures);
+  } else {
+    print_simulation(std::cout, options.path, s, run);
+    for (const std::string& failure : failures) std::cout << "DOES NOT HOLD: " << failure << "\n";
+    if (failures.empty())
+      std::cout << (s.has_expect ? "every expectation holds\n"
+                                 : "no expect: the replicas agree and equal the reference, as claimed by default\n");
+  }
+  return failures.empty() ? outcome::holds : outcome::check_failed;
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app, action& run) {
+  auto options = std::make_shared<simulate_options>();
+  CLI::App* simulate_app = app.add_subcommand(
+      "simulate", "Simulate a normcheck-scenario/1 file exactly: every step of every rank, and the reference run");
+  simulate_app->add_option("file", options->path, "Scenario file")->required();
+  simulate_app->add_flag("--json", options->json, "Print one JSON document instead of the text report");
+  simulate_app->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  simulate_app->add_option("--max-file-size", options->limits.max_file_size, "Largest file accepted, in bytes")
+      ->capture_default_str();
+  simulate_app->callback([&run, options] { run = [options] { return run_simulate(*options); }; });
+}
+
+}  // namespace normcheck::cli
