@@ -1,4 +1,5 @@
 #include "normcheck/check.hpp"
+#include "normcheck/simulate.hpp"
 
 #include <algorithm>
 #include <system_error>
@@ -30,7 +31,6 @@ void judge_rejection(file_report& report, const error& e, std::string_view text,
                               (e.truncated() ? " (the document is cut off)" : ""));
 }
 
-}  // namespace
 std::string joined(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
@@ -70,6 +70,38 @@ void judge_gate(file_report& report) {
   }
 }
 
+// Computes the file's recipe and decides whether it is the objective (or, with `expect.recipe`, the claim).
+void judge_recipe(file_report& report) {
+  const partition_file& document = *report.document;
+  if (!document.normalization) {
+    if (document.expect_recipe) {
+      report.status = file_status::fail;
+      report.failures.push_back("expect names a recipe gradient but the file has no recipe");
+    }
+    return;
+  }
+  const recipe_value& result = report.recipe_result.emplace(recipe_gradient(document.update, *document.normalization));
+  const std::string name = "recipe \"" + document.normalization->scale.text() + "\"";
+  if (document.expect_recipe) {
+    if (*document.expect_recipe != result.value) {
+      report.status = file_status::fail;
+      report.failures.push_back("expect " + name + " = " + value_text(*document.expect_recipe) + ", but it is " +
+                                value_text(result.value));
+    }
+    return;
+  }
+  const std::optional<rational>& objective = report.gradients[index_of(strategy::global_mean)];
+  if (!result.value) {
+    report.status = file_status::fail;
+    report.failures.push_back(name + " divides by zero on this partition: " + result.zero_divisor + " is 0");
+  } else if (*result.value != *objective) {
+    report.status = file_status::fail;
+    report.failures.push_back(name + " gives " + to_string(*result.value) + ", not the objective's " +
+                              to_string(*objective));
+  }
+}
+
+}  // namespace
 
 std::string_view status_name(file_status status) noexcept {
   switch (status) {
@@ -105,6 +137,8 @@ std::optional<std::string> declared_format(std::string_view text, const reader_l
 }
 
 file_report check_text(std::string_view text, std::string source, const reader_limits& limits) {
+  if (std::optional<std::string> format = declared_format(text, limits); format && *format == scenario_format_name)
+    return check_scenario(text, std::move(source), limits);
   file_report report;
   report.file = source;
   try {
@@ -132,10 +166,11 @@ file_report check_text(std::string_view text, std::string source, const reader_l
     }
     report.expectations.push_back(std::move(result));
   }
+  judge_recipe(report);
+  judge_gate(report);
   return report;
 }
 
-  judge_gate(report);
 file_report check_path(const std::filesystem::path& path, const reader_limits& limits) {
   std::string text;
   try {

@@ -6,7 +6,7 @@
 namespace normcheck {
 
 namespace {
-constexpr std::array<std::pair<error_code, std::string_view>, 9> code_names{{
+constexpr std::array<std::pair<error_code, std::string_view>, 10> code_names{{
     {error_code::parse_error, "parse_error"},
     {error_code::schema_error, "schema_error"},
     {error_code::bad_number, "bad_number"},
@@ -14,6 +14,7 @@ constexpr std::array<std::pair<error_code, std::string_view>, 9> code_names{{
     {error_code::world_size_mismatch, "world_size_mismatch"},
     {error_code::no_valid_tokens, "no_valid_tokens"},
     {error_code::limit_exceeded, "limit_exceeded"},
+    {error_code::recipe_error, "recipe_error"},
     {error_code::io_error, "io_error"},
     {error_code::usage_error, "usage_error"},
 }};

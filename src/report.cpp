@@ -163,6 +163,17 @@ void print_text(std::ostream& out, const file_report& report) {
     else out << (equals_objective(report.gradients, s) ? "equals the objective" : "differs from the objective");
     out << "\n";
   }
+  if (report.recipe_result) {
+    const recipe& r = *document.normalization;
+    const std::optional<rational>& value = report.recipe_result->value;
+    out << "      " << padded("recipe", 16) << padded("\"" + r.scale.text() + "\" (" + std::string(reducer_name(r.reducer)) + ")", 18)
+        << " = ";
+    if (value)
+      out << padded(exact_for_screen(value), 14) << " " << padded("≈ " + approximate(*value), 16)
+          << (*value == *report.gradients[0] ? "equals the objective" : "differs from the objective") << "\n";
+    else
+      out << "undefined: it divides by zero (" << report.recipe_result->zero_divisor << " is 0)\n";
+  }
   if (report.gate) print_gate(out, *report.gate);
   if (report.gate && document.expect_gate && report.status == file_status::pass)
     out << "      expect_gate " << verdict_name(document.expect_gate->verdict) << ": holds\n";
@@ -210,6 +221,14 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
             << ", \"held\": " << (claim.held ? "true" : "false") << "}";
       }
       out << "]";
+      if (report.recipe_result) {
+        const recipe& r = *report.document->normalization;
+        const std::optional<rational>& value = report.recipe_result->value;
+        out << ", \"recipe\": {\"scale\": " << json_quote(r.scale.text()) << ", \"reducer\": " << json_quote(reducer_name(r.reducer))
+            << ", \"gradient\": " << json_value(value) << ", \"zero_divisor\": "
+            << (value ? std::string("null") : json_quote(report.recipe_result->zero_divisor))
+            << ", \"equals_objective\": " << (value && *value == *report.gradients[0] ? "true" : "false") << "}";
+      }
       if (report.gate) {
         out << ", \"gate\": ";
         json_gate(out, *report.gate);

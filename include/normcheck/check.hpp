@@ -46,6 +46,7 @@ struct file_report {
   std::vector<std::string> failures;           ///< each claim that does not hold, in words
   std::vector<std::string> details;            ///< report lines of other kinds of file (no partition)
   std::optional<gate_result> gate;             ///< the gate's judgement of `observed`, when the file has one
+  std::optional<recipe_value> recipe_result;   ///< the recipe's gradient on this partition, when the file has one
 };
 
 /// The `format` a document declares, if it declares one as a string among its top-level members.

@@ -19,6 +19,7 @@ enum class error_code {
   world_size_mismatch,  ///< `world_size` differs from the number of ranks
   no_valid_tokens,      ///< the update holds no valid token, so the objective is undefined
   limit_exceeded,       ///< the document is deeper or larger than the reader's limits
+  recipe_error,         ///< a normalization recipe that does not parse, names an unknown count, or divides by zero
   io_error,             ///< the path cannot be read as a regular file
   usage_error,          ///< the command line is wrong
 };

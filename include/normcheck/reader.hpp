@@ -9,6 +9,7 @@
 #include "normcheck/json_reader.hpp"
 #include "normcheck/observed.hpp"
 #include "normcheck/partition.hpp"
+#include "normcheck/recipe.hpp"
 
 #include <filesystem>
 #include <optional>
@@ -43,6 +44,8 @@ struct partition_file {
   std::optional<error_code> expect_error;
   std::optional<observed_result> observed;        ///< what training code produced, if dumped
   std::optional<gate_expectation> expect_gate;   ///< the gate's expected conclusion, if stated
+  std::optional<recipe> normalization;            ///< `recipe`: the scale and reducer the code applies, if given
+  std::optional<std::optional<rational>> expect_recipe;  ///< `expect.recipe`: the recipe's claimed gradient (null: undefined)
 };
 
 /// Reads a normcheck/1 document. Throws `error` with the code and location of the first problem;

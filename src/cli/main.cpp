@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   normcheck::cli::add_suggest_command(app, run);
   normcheck::cli::add_demo_command(app, run);
   normcheck::cli::add_lab_command(app, run);
+  normcheck::cli::add_prove_command(app, run);
   normcheck::cli::add_simulate_command(app, run);
   normcheck::cli::add_collectives_command(app, run);
 

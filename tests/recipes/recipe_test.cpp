@@ -1,0 +1,104 @@
+// The recipe language: parsing, errors with their column, exact evaluation, and prove's verdicts.
+
+#include "normcheck/errors.hpp"
+#include "normcheck/prove.hpp"
+#include "normcheck/reader.hpp"
+
+#include <doctest/doctest.h>
+
+namespace {
+
+using namespace normcheck;
+
+count_values counts(std::uint64_t w, std::uint64_t n, std::uint64_t n_r, std::uint64_t n_m, std::uint64_t g) {
+  count_values v;
+  v[0] = w;
+  v[1] = n;
+  v[2] = n_r;
+  v[3] = n_m;
+  v[4] = g;
+  v[5] = n;
+  v[6] = n_r;
+  v[7] = n_m;
+  return v;
+}
+
+error parse_error_of(std::string_view text) {
+  try {
+    recipe_expression::parse(text);
+  } catch (const error& e) {
+    return e;
+  }
+  FAIL("expected a recipe_error for ", text);
+  return error(error_code::usage_error, "");
+}
+
+recipe make(std::string_view scale, reducer_kind reducer) { return recipe{recipe_expression::parse(scale), reducer}; }
+
+}  // namespace
+
+TEST_CASE("recipes evaluate exactly with precedence and unary minus") {
+  CHECK(*recipe_expression::parse("W / N").evaluate(counts(2, 4, 1, 1, 1)).value == rational(1) / 2);
+  CHECK(*recipe_expression::parse("1 + 2 * 3").evaluate(counts(1, 1, 1, 1, 1)).value == 7);
+  CHECK(*recipe_expression::parse("(1 + 2) * 3").evaluate(counts(1, 1, 1, 1, 1)).value == 9);
+  CHECK(*recipe_expression::parse("-W / -N").evaluate(counts(3, 5, 1, 1, 1)).value == rational(3) / 5);
+  CHECK(*recipe_expression::parse("0.1 * n_m").evaluate(counts(1, 3, 3, 3, 1)).value == rational(3) / 10);
+  CHECK(*recipe_expression::parse("W/(N*G)").evaluate(counts(2, 6, 3, 1, 3)).value == rational(1) / 9);
+}
+
+TEST_CASE("a division by zero names its divisor") {
+  const recipe_value v = recipe_expression::parse("1 / (n_m * G)").evaluate(counts(2, 4, 1, 0, 2));
+  CHECK_FALSE(v.value.has_value());
+  CHECK(v.zero_divisor == "(n_m * G)");
+}
+
+TEST_CASE("syntax errors carry the column of the offending character") {
+  CHECK(parse_error_of("W / / N").where()->column == 5);
+  CHECK(parse_error_of("W / (N").where()->column == 7);
+  CHECK(parse_error_of("").code() == error_code::recipe_error);
+  CHECK(parse_error_of("W N").where()->column == 3);
+  SUBCASE("unknown names are reported at their start") {
+    const error e = parse_error_of("W / (N * n_q)");
+    CHECK(e.where()->column == 10);
+    CHECK(e.message().find("unknown name \"n_q\"") != std::string::npos);
+  }
+  SUBCASE("the message shows a caret under the position") {
+    CHECK(parse_error_of("W / / N").message().find("\n  W / / N\n      ^") != std::string::npos);
+  }
+}
+
+TEST_CASE("degree bounds follow the operations") {
+  CHECK(recipe_expression::parse("W / N").degree_bound() == std::pair<unsigned, unsigned>{1, 1});
+  CHECK(recipe_expression::parse("1 / (n_m * G)").degree_bound() == std::pair<unsigned, unsigned>{0, 2});
+  CHECK(recipe_expression::parse("W / N + 1").degree_bound() == std::pair<unsigned, unsigned>{1, 1});
+}
+
+TEST_CASE("prove decides the named recipes") {
+  CHECK(prove_recipe(make("W / N", reducer_kind::mean)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(make("1 / N", reducer_kind::sum)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(make("N / N * W / N", reducer_kind::mean)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(make("1 / n_r", reducer_kind::mean)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(make("1 / N", reducer_kind::mean)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(make("W / N", reducer_kind::sum)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(make("W / (N * G)", reducer_kind::mean)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(make("W / N * n_m / n_m", reducer_kind::mean)).verdict == proof_verdict::divides_by_zero);
+}
+
+TEST_CASE("a wrong recipe that agrees on every small partition is still refuted beyond the scope") {
+  // Right for every N ≤ 36 (the exhaustive scope), wrong from N = 37 on.
+  const proof_result result = prove_recipe(make("W / N + (N - 1) * (N - 2) * (N - 3) * (N - 4) * (N - 5) * (N - 6) * (N - 7) * (N - 8) * (N - 9) * (N - 10) * (N - 11) * (N - 12) * (N - 13) * (N - 14) * (N - 15) * (N - 16) * (N - 17) * (N - 18) * (N - 19) * (N - 20) * (N - 21) * (N - 22) * (N - 23) * (N - 24) * (N - 25) * (N - 26) * (N - 27) * (N - 28) * (N - 29) * (N - 30) * (N - 31) * (N - 32) * (N - 33) * (N - 34) * (N - 35) * (N - 36)", reducer_kind::mean));
+  CHECK(result.verdict == proof_verdict::wrong);
+  REQUIRE(result.counterexample);
+  CHECK(result.counterexample->where.valid_tokens > 36);
+}
+
+TEST_CASE("the counterexample document is read back with the recipe and exposes it") {
+  const proof_result result = prove_recipe(make("1 / n_r", reducer_kind::mean));
+  REQUIRE(result.counterexample);
+  const partition_file file = read_partition(result.counterexample->document, "counterexample");
+  REQUIRE(file.normalization);
+  const recipe_value value = recipe_gradient(file.update, *file.normalization);
+  REQUIRE(value.value);
+  CHECK(*value.value != *gradient(file.update, strategy::global_mean));
+  CHECK(*value.value == *result.counterexample->recipe_gradient);
+}
