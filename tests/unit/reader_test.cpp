@@ -1,1 +1,297 @@
+// Reading normcheck/1 documents (reader.hpp): every schema rule of the format, each with its code and
+// the line:column it is reported at. Documents put one member per line, indented by two spaces, so a
+// key starts at column 3 and columns are easy to count.
+
+#include "normcheck/reader.hpp"
+
 #include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+namespace {
+
+using normcheck::error;
+using normcheck::reader_limits;
+
+// "code at line:column" for the first problem of a document, or "accepted".
+std::string rejection(std::string_view text, const reader_limits& limits = {}) {
+  try {
+    (void)normcheck::read_partition(text, "doc.json", limits);
+  } catch (const error& e) {
+    REQUIRE(e.where().has_value());
+    CHECK(e.where()->file == "doc.json");
+    return std::string(normcheck::code_name(e.code())) + " at " + std::to_string(e.where()->line) + ":" +
+           std::to_string(e.where()->column);
+  }
+  return "accepted";
+}
+
+// The message of the first problem of a document.
+std::string message_of(std::string_view text) {
+  try {
+    (void)normcheck::read_partition(text, "doc.json");
+  } catch (const error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+// A document with a valid format line, `ranks_line` as line 3 and `extra` as line 4 (if any).
+std::string document(std::string_view ranks_line, std::string_view extra = "") {
+  std::string text = "{\n  \"format\": \"normcheck/1\",\n  ";
+  text += ranks_line;
+  if (!extra.empty()) {
+    text += ",\n  ";
+    text += extra;
+  }
+  return text + "\n}\n";
+}
+
+constexpr std::string_view one_rank = R"("ranks": [{"targets": [1]}])";
+constexpr std::string_view two_ranks = R"("ranks": [{"targets": [0]}, {"targets": [2, 2, 2]}])";
+
+// A scratch file under the temporary directory, removed at the end of the test.
+struct scratch_file {
+  std::filesystem::path path;
+  explicit scratch_file(std::string_view name, std::string_view content)
+      : path(std::filesystem::temp_directory_path() / ("normcheck_reader_test_" + std::string(name))) {
+    std::ofstream(path, std::ios::binary) << content;
+  }
+  ~scratch_file() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a complete document is read with all its members") {
+  const normcheck::partition_file file = normcheck::read_partition(R"({
+  "format": "normcheck/1",
+  "description": "two ranks, one with padding",
+  "ranks": [{"targets": [0, null]}, {"microbatches": [[2, "1/2"], [], [null, "0x1p+1"]]}],
+  "world_size": 2,
+  "reducer": "sum",
+  "theta": "-3/2",
+  "expect": {"global_mean": "-7/2", "local_mean": null},
+  "expect_error": "no_valid_tokens"
+})", "doc.json");
+  CHECK(file.description == "two ranks, one with padding");
+  REQUIRE(file.update.world_size() == 2);
+  CHECK(file.declared_world_size == 2u);
+  CHECK(file.update.reducer == normcheck::reducer_kind::sum);
+  CHECK(file.update.theta == normcheck::rational(normcheck::integer(-3), normcheck::integer(2)));
+  CHECK(file.update.ranks[0].valid_tokens() == 1);
+  CHECK(file.update.ranks[0].padding() == 1);
+  CHECK(file.update.ranks[1].microbatches.size() == 3);
+  CHECK(file.update.ranks[1].valid_tokens() == 3);
+  CHECK(file.update.ranks[1].padding() == 1);
+  CHECK(file.update.ranks[1].target_sum() == normcheck::rational(normcheck::integer(9), normcheck::integer(2)));
+  REQUIRE(file.expect.size() == 2);
+  CHECK(file.expect[0].name == normcheck::strategy::global_mean);
+  CHECK(file.expect[0].value == normcheck::rational(normcheck::integer(-7), normcheck::integer(2)));
+  CHECK(file.expect[1].name == normcheck::strategy::local_mean);
+  CHECK_FALSE(file.expect[1].value.has_value());
+  CHECK(file.expect_error == normcheck::error_code::no_valid_tokens);
+}
+
+TEST_CASE("optional members take their defaults") {
+  const normcheck::partition_file file = normcheck::read_partition(document(one_rank), "doc.json");
+  CHECK(file.update.reducer == normcheck::reducer_kind::mean);
+  CHECK(file.update.theta == 0);
+  CHECK_FALSE(file.declared_world_size.has_value());
+  CHECK(file.description.empty());
+  CHECK(file.expect.empty());
+  CHECK_FALSE(file.expect_error.has_value());
+}
+
+TEST_CASE("a leading byte-order mark is skipped") {
+  CHECK(rejection("\xEF\xBB\xBF" + document(one_rank)) == "accepted");
+}
+
+TEST_CASE("a missing format or ranks is a schema error at the start") {
+  CHECK(rejection("{\n  " + std::string(one_rank) + "\n}") == "schema_error at 1:1");
+  CHECK(rejection("{\n  \"format\": \"normcheck/1\"\n}") == "schema_error at 1:1");
+  CHECK(message_of("{\n  \"format\": \"normcheck/1\"\n}").find("\"ranks\"") != std::string::npos);
+}
+
+TEST_CASE("the format must be the string normcheck/1") {
+  CHECK(rejection("{\n  \"format\": \"normcheck/2\",\n  " + std::string(one_rank) + "\n}") == "schema_error at 2:13");
+  CHECK(rejection("{\n  \"format\": 1,\n  " + std::string(one_rank) + "\n}") == "schema_error at 2:13");
+  CHECK(rejection("{\n  \"format\": \"Normcheck/1\",\n  " + std::string(one_rank) + "\n}") == "schema_error at 2:13");
+}
+
+TEST_CASE("a document must be an object") {
+  CHECK(rejection("[1]") == "schema_error at 1:1");
+  CHECK(rejection("\n  \"normcheck/1\"") == "schema_error at 2:3");
+}
+
+TEST_CASE("unknown keys are schema errors at the key") {
+  CHECK(rejection(document(one_rank, R"("bogus": 1)")) == "schema_error at 4:3");
+  CHECK(rejection(document(one_rank, R"("Theta": 1)")) == "schema_error at 4:3");
+  CHECK(message_of(document(one_rank, R"("bogus": 1)")).find("format, ranks") != std::string::npos);
+  CHECK(rejection(document(R"("ranks": [{"targets": [1], "weight": 2}])")) == "schema_error at 3:30");
+  CHECK(rejection(document(R"("ranks": [{"Targets": [1]}])")) == "schema_error at 3:14");
+}
+
+TEST_CASE("duplicate keys are schema errors at the second key") {
+  CHECK(rejection("{\n  \"format\": \"normcheck/1\",\n  \"format\": \"normcheck/1\",\n  " + std::string(one_rank) +
+                  "\n}") == "schema_error at 3:3");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1], "targets": [2]}])")) == "schema_error at 3:30");
+  CHECK(rejection(document(one_rank, R"("expect": {"local_sum": 1, "local_sum": 1})")) == "schema_error at 4:30");
+}
+
+TEST_CASE("a rank has exactly one of targets and microbatches") {
+  CHECK(rejection(document(R"("ranks": [{"targets": [1], "microbatches": [[1]]}])")) == "schema_error at 3:13");
+  CHECK(rejection(document(R"("ranks": [{}])")) == "schema_error at 3:13");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1]}, {}])")) == "schema_error at 3:31");
+}
+
+TEST_CASE("ranks and microbatches lists must not be empty") {
+  CHECK(rejection(document(R"("ranks": [])")) == "schema_error at 3:12");
+  CHECK(rejection(document(R"("ranks": [{"microbatches": []}])")) == "schema_error at 3:30");
+  CHECK(rejection(document(R"("ranks": [{"microbatches": [[]]}, {"targets": [1]}])")) == "accepted");
+}
+
+TEST_CASE("wrong types in the structure are schema errors at the value") {
+  CHECK(rejection(document(R"("ranks": {"targets": [1]})")) == "schema_error at 3:12");
+  CHECK(rejection(document(R"("ranks": [[1]])")) == "schema_error at 3:13");
+  CHECK(rejection(document(R"("ranks": [{"targets": 1}])")) == "schema_error at 3:25");
+  CHECK(rejection(document(R"("ranks": [{"microbatches": [1]}])")) == "schema_error at 3:31");
+  CHECK(rejection(document(R"("ranks": [{"targets": [[1]]}])")) == "schema_error at 3:26");
+  CHECK(rejection(document(one_rank, R"("description": 5)")) == "schema_error at 4:18");
+  CHECK(rejection(document(one_rank, R"("expect": [1])")) == "schema_error at 4:13");
+}
+
+TEST_CASE("booleans where numbers belong are schema errors") {
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, true]}])")) == "schema_error at 3:29");
+  CHECK(rejection(document(one_rank, R"("theta": false)")) == "schema_error at 4:12");
+  CHECK(rejection(document(one_rank, R"("world_size": true)")) == "schema_error at 4:17");
+  CHECK(rejection(document(one_rank, R"("expect": {"global_mean": true})")) == "schema_error at 4:29");
+  CHECK(rejection(document(one_rank, R"("theta": null)")) == "schema_error at 4:12");
+}
+
+TEST_CASE("world_size must be a positive integer") {
+  CHECK(rejection(document(one_rank, R"("world_size": 1)")) == "accepted");
+  CHECK(rejection(document(one_rank, R"("world_size": 0)")) == "schema_error at 4:17");
+  CHECK(rejection(document(one_rank, R"("world_size": -1)")) == "schema_error at 4:17");
+  CHECK(rejection(document(one_rank, R"("world_size": 1.5)")) == "schema_error at 4:17");
+  CHECK(rejection(document(one_rank, R"("world_size": "1")")) == "schema_error at 4:17");
+  CHECK(rejection(document(one_rank, R"("world_size": 1e400)")) == "schema_error at 4:17");
+}
+
+TEST_CASE("a world_size other than the number of ranks is world_size_mismatch") {
+  CHECK(rejection(document(two_ranks, R"("world_size": 2)")) == "accepted");
+  CHECK(rejection(document(two_ranks, R"("world_size": 3)")) == "world_size_mismatch at 4:17");
+  CHECK(rejection(document(two_ranks, R"("world_size": 1)")) == "world_size_mismatch at 4:17");
+  CHECK(message_of(document(two_ranks, R"("world_size": 3)")).find("2 ranks") != std::string::npos);
+}
+
+TEST_CASE("the reducer is mean or sum") {
+  CHECK(rejection(document(one_rank, R"("reducer": "sum")")) == "accepted");
+  CHECK(rejection(document(one_rank, R"("reducer": "mean")")) == "accepted");
+  CHECK(rejection(document(one_rank, R"("reducer": "max")")) == "schema_error at 4:14");
+  CHECK(rejection(document(one_rank, R"("reducer": "Mean")")) == "schema_error at 4:14");
+  CHECK(rejection(document(one_rank, R"("reducer": 1)")) == "schema_error at 4:14");
+}
+
+TEST_CASE("expect names only known gradients") {
+  CHECK(rejection(document(one_rank, R"("expect": {"global_mean": -1, "token_mean": 1})")) == "schema_error at 4:33");
+  CHECK(message_of(document(one_rank, R"("expect": {"token_mean": 1})")).find("microbatch_mean") != std::string::npos);
+  CHECK(rejection(document(one_rank, R"("expect": {"global_mean": -1, "local_mean": null})")) == "accepted");
+}
+
+TEST_CASE("expect_error names an error code a document can produce") {
+  CHECK(rejection(document(one_rank, R"("expect_error": "bogus")")) == "schema_error at 4:19");
+  CHECK(rejection(document(one_rank, R"("expect_error": "io_error")")) == "schema_error at 4:19");
+  CHECK(rejection(document(one_rank, R"("expect_error": "usage_error")")) == "schema_error at 4:19");
+  CHECK(rejection(document(one_rank, R"("expect_error": 2)")) == "schema_error at 4:19");
+  for (const char* code : {"parse_error", "schema_error", "bad_number", "number_out_of_range", "world_size_mismatch",
+                           "no_valid_tokens", "limit_exceeded"}) {
+    CAPTURE(code);
+    CHECK(rejection(document(one_rank, std::string(R"("expect_error": ")") + code + "\"")) == "accepted");
+  }
+}
+
+TEST_CASE("bad literals are located at the literal") {
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, "NaN"]}])")) == "bad_number at 3:29");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 01]}])")) == "bad_number at 3:29");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, "1/0"]}])")) == "bad_number at 3:29");
+  CHECK(rejection(document(one_rank, R"("theta": "0x1.8")")) == "bad_number at 4:12");
+  CHECK(rejection(document(one_rank, R"("expect": {"global_mean": "-"})")) == "bad_number at 4:29");
+}
+
+TEST_CASE("out-of-range literals are located at the literal") {
+  CHECK(rejection(document(one_rank, R"("theta": 1e10001)")) == "number_out_of_range at 4:12");
+  CHECK(rejection(document(R"("ranks": [{"targets": ["0x1p-99999999"]}])")) == "number_out_of_range at 3:26");
+}
+
+TEST_CASE("an update without a valid token is no_valid_tokens at the ranks") {
+  CHECK(rejection(document(R"("ranks": [{"targets": [null]}, {"targets": []}])")) == "no_valid_tokens at 3:12");
+  CHECK(rejection(document(R"("ranks": [{"microbatches": [[], [null, null]]}])")) == "no_valid_tokens at 3:12");
+}
+
+TEST_CASE("syntax errors in a document are parse errors") {
+  CHECK(rejection(document(one_rank) + "x") == "parse_error at 5:1");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1 2]}])")) == "parse_error at 3:28");
+}
+
+TEST_CASE("the reader's limits apply to documents") {
+  reader_limits shallow;
+  shallow.max_depth = 2;
+  CHECK(rejection(document(one_rank), shallow) == "limit_exceeded at 3:13");
+  reader_limits small_numbers;
+  small_numbers.numbers.max_exponent = 2;
+  CHECK(rejection(document(one_rank, R"("theta": 1e3)"), small_numbers) == "number_out_of_range at 4:12");
+}
+
+TEST_CASE("find_expected_error finds expect_error before a syntax error") {
+  CHECK(normcheck::find_expected_error(R"({"format": "normcheck/1", "expect_error": "parse_error", "ranks": [1 2]})") ==
+        normcheck::error_code::parse_error);
+  CHECK(normcheck::find_expected_error(R"({"ranks": [{"targets": [true]}], "expect_error": "schema_error"})") ==
+        normcheck::error_code::schema_error);
+  CHECK_FALSE(normcheck::find_expected_error(R"({"ranks": [1 2], "expect_error": "parse_error"})").has_value());
+  CHECK_FALSE(normcheck::find_expected_error(R"({"expect_error": "bogus"})").has_value());
+  CHECK_FALSE(normcheck::find_expected_error(R"(["expect_error"])").has_value());
+  CHECK_FALSE(normcheck::find_expected_error("").has_value());
+}
+
+TEST_CASE("load_file reads a regular file whole") {
+  const scratch_file file("load.json", "{\"a\": 1}\n");
+  CHECK(normcheck::load_file(file.path) == "{\"a\": 1}\n");
+}
+
+TEST_CASE("load_file rejects missing paths and directories with io_error") {
+  const std::filesystem::path missing = std::filesystem::temp_directory_path() / "normcheck_reader_test_missing.json";
+  try {
+    (void)normcheck::load_file(missing);
+    FAIL("a missing file was read");
+  } catch (const error& e) {
+    CHECK(e.code() == normcheck::error_code::io_error);
+    REQUIRE(e.where().has_value());
+    CHECK(e.where()->file == missing.string());
+  }
+  try {
+    (void)normcheck::load_file(std::filesystem::temp_directory_path());
+    FAIL("a directory was read");
+  } catch (const error& e) {
+    CHECK(e.code() == normcheck::error_code::io_error);
+  }
+}
+
+TEST_CASE("load_file rejects a file above the size limit with limit_exceeded") {
+  const scratch_file file("large.json", std::string(100, ' '));
+  reader_limits limits;
+  limits.max_file_size = 99;
+  try {
+    (void)normcheck::load_file(file.path, limits);
+    FAIL("a file above the limit was read");
+  } catch (const error& e) {
+    CHECK(e.code() == normcheck::error_code::limit_exceeded);
+  }
+  limits.max_file_size = 100;
+  CHECK(normcheck::load_file(file.path, limits).size() == 100);
+}
