@@ -6,6 +6,11 @@ namespace normcheck {
 
 namespace {
 
+// The characters `number_text` takes into a number token.
+bool is_number_char(char c) {
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
 std::string show_char(char c) {
   auto byte = static_cast<unsigned char>(c);
   if (byte >= 0x20 && byte < 0x7f) return std::string("'") + c + "'";
@@ -81,7 +86,9 @@ location json_reader::locate(std::uint64_t offset) const {
   where.line = 1;
   std::uint64_t column = 1;
   const std::uint64_t end = offset < text_.size() ? offset : text_.size();
-  for (std::uint64_t i = 0; i < end; ++i) {
+  // Columns count characters after a leading byte-order mark, as editors show them.
+  const std::uint64_t start = text_.substr(0, 3) == "\xEF\xBB\xBF" && end >= 3 ? 3 : 0;
+  for (std::uint64_t i = start; i < end; ++i) {
     const auto byte = static_cast<unsigned char>(text_[i]);
     if (byte == '\n') {
       ++where.line;
@@ -96,8 +103,34 @@ location json_reader::locate(std::uint64_t offset) const {
 
 void json_reader::fail(error_code code, std::string message, std::uint64_t offset) const {
   error e(code, std::move(message), locate(offset));
-  if (offset >= text_.size()) e.mark_truncated();
+  if (offset >= text_.size() || cut_off()) e.mark_truncated();
   throw e;
+}
+
+bool json_reader::cut_off() const {
+  // Brackets and strings only, so that whatever else is wrong before the end does not hide it.
+  std::uint64_t depth = 0;
+  bool in_string = false;
+  bool any_value = false;
+  const std::size_t start = text_.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+  for (std::size_t i = start; i < text_.size(); ++i) {
+    const char c = text_[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+    any_value = true;
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if ((c == '}' || c == ']') && depth > 0) --depth;
+  }
+  return in_string || depth > 0 || !any_value;
+}
+
+void json_reader::mark_if_cut_off(error& e) const {
+  if (cut_off()) e.mark_truncated();
 }
 
 void json_reader::fail_unexpected(std::string_view expected) {
@@ -301,12 +334,33 @@ std::string_view json_reader::string_value() {
 std::string_view json_reader::number_text() {
   if (peek() != json_kind::number) fail_unexpected("a number");
   const std::size_t start = pos_;
-  while (pos_ < text_.size()) {
-    const char c = text_[pos_];
-    if ((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') ++pos_;
-    else break;
-  }
+  while (pos_ < text_.size() && is_number_char(text_[pos_])) ++pos_;
   return text_.substr(start, pos_ - start);
+}
+
+bool json_reader::machine_value(machine_literal& out) {
+  skip_whitespace();
+  const char c = current();
+  if (c == '"') {
+    // Only a literal's own characters are read, so no escape or multi-byte character is passed over:
+    // when the closing quote follows, the string's text is exactly the literal read.
+    const std::size_t length =
+        scan_machine_prefix(text_.substr(pos_ + 1), literal_form::json_string, limits_.numbers, out);
+    const std::size_t close = pos_ + 1 + length;
+    if (length == 0 || close >= text_.size() || text_[close] != '"') return false;
+    pos_ = close + 1;
+    return true;
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    // `number_text` would take every number character; the literal read is that token only when the
+    // next character is not one.
+    const std::size_t length = scan_machine_prefix(text_.substr(pos_), literal_form::json_number, limits_.numbers, out);
+    const std::size_t stop = pos_ + length;
+    if (length == 0 || (stop < text_.size() && is_number_char(text_[stop]))) return false;
+    pos_ = stop;
+    return true;
+  }
+  return false;
 }
 
 void json_reader::read_word(std::string_view word) {
@@ -335,22 +389,23 @@ void json_reader::null_value() {
 }
 
 void json_reader::skip_value() {
-  switch (peek()) {
-    case json_kind::object: {
-      begin_object();
+  // Iterative, so that the depth a user allows (--max-depth) can never exhaust the stack.
+  const std::size_t outer = levels_.size();
+  do {
+    if (levels_.size() > outer) {
       std::string_view key;
-      while (next_member(key)) skip_value();
-      return;
+      const bool more = levels_.back().is_object ? next_member(key) : next_element();
+      if (!more) continue;  // the innermost container closed
     }
-    case json_kind::array:
-      begin_array();
-      while (next_element()) skip_value();
-      return;
-    case json_kind::string: string_value(); return;
-    case json_kind::number: number_text(); return;
-    case json_kind::boolean: boolean_value(); return;
-    case json_kind::null: null_value(); return;
-  }
+    switch (peek()) {
+      case json_kind::object: begin_object(); break;
+      case json_kind::array: begin_array(); break;
+      case json_kind::string: string_value(); break;
+      case json_kind::number: number_text(); break;
+      case json_kind::boolean: boolean_value(); break;
+      case json_kind::null: null_value(); break;
+    }
+  } while (levels_.size() > outer);
 }
 
 void json_reader::finish() {

@@ -20,7 +20,10 @@ std::string quoted(std::string_view text) {
   if (text.size() <= shown) {
     out += text;
   } else {
-    out += text.substr(0, shown);
+    // Cut at a character boundary, never inside a multi-byte UTF-8 sequence.
+    std::size_t cut = shown;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    out += text.substr(0, cut);
     out += "…";
   }
   return out + "'";
@@ -51,7 +54,6 @@ public:
     } else {
       scan_decimal_or_fraction(parts);
     }
-    if (pos_ != text_.size()) fail("has unexpected characters at its end");
     if (parts.significand == 0) parts.negative = false;
     return parts;
   }
@@ -77,29 +79,49 @@ private:
     return text_.substr(start, pos_ - start);
   }
 
-  void count_digits(std::size_t digits) {
-    digits_ += digits;
-    if (digits_ > limits_.max_digits)
-      out_of_range("has more than " + std::to_string(limits_.max_digits) +
-                   " digits, the limit for one literal");
+  void require_end() const {
+    if (pos_ != text_.size()) fail("has unexpected characters at its end");
   }
 
-  // Reads "[+-]digits" after an exponent marker without ever building a huge integer.
-  std::int64_t scan_exponent() {
+  static bool has_leading_zero(std::string_view digits) { return digits.size() > 1 && digits[0] == '0'; }
+
+  // The syntax is checked in full before any limit, so a literal that is both malformed and too
+  // long is bad_number; the limits are checked before any integer is built.
+  void check_digits(std::size_t digits) const {
+    if (digits > limits_.max_digits)
+      out_of_range("has more than " + std::to_string(limits_.max_digits) +
+                   " digits, the limit for one literal (--max-digits raises it)");
+  }
+
+  // "[+-]digits" after an exponent marker: the sign and the digits, syntax only.
+  struct exponent_text {
     bool negative = false;
+    std::string_view digits;
+  };
+
+  exponent_text scan_exponent() {
+    exponent_text exponent;
     if (peek() == '+' || peek() == '-') {
-      negative = peek() == '-';
+      exponent.negative = peek() == '-';
       ++pos_;
     }
-    std::string_view digits = run(is_digit);
-    if (digits.empty()) fail("has an exponent without digits");
+    exponent.digits = run(is_digit);
+    if (exponent.digits.empty()) fail("has an exponent without digits");
+    return exponent;
+  }
+
+  // The exponent's value, within the limit, computed without ever building a huge integer.
+  std::int64_t exponent_value(const exponent_text& exponent) const {
+    std::string_view digits = exponent.digits;
+    while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
     std::int64_t value = 0;
     for (char c : digits) {
       value = value * 10 + (c - '0');
       if (value > limits_.max_exponent)
-        out_of_range("has an exponent beyond the limit of ±" + std::to_string(limits_.max_exponent));
+        out_of_range("has an exponent beyond the limit of ±" + std::to_string(limits_.max_exponent) +
+                     " (--max-exponent raises it)");
     }
-    return negative ? -value : value;
+    return exponent.negative ? -value : value;
   }
 
   static integer digits_to_integer(std::string_view head, std::string_view tail, int base) {
@@ -119,28 +141,31 @@ private:
       ++pos_;
       std::string_view denominator = run(is_digit);
       if (denominator.empty()) fail("has no denominator after '/'");
-      count_digits(whole.size() + denominator.size());
-      if (pos_ != text_.size()) fail("has unexpected characters at its end");
+      require_end();
+      if (has_leading_zero(whole) || has_leading_zero(denominator)) fail("has a leading zero");
+      if (denominator == "0") fail("has a zero denominator");
+      check_digits(whole.size() + denominator.size());
       parts.significand = digits_to_integer(whole, {}, 10);
       parts.denominator = digits_to_integer(denominator, {}, 10);
-      if (parts.denominator == 0) fail("has a zero denominator");
       return;
     }
-    if (whole.size() > 1 && whole[0] == '0') fail("has a leading zero");
+    if (has_leading_zero(whole)) fail("has a leading zero");
     std::string_view fraction;
     if (peek() == '.') {
       ++pos_;
       fraction = run(is_digit);
       if (fraction.empty()) fail("has no digit after the decimal point");
     }
-    count_digits(whole.size() + fraction.size());
-    std::int64_t exponent = 0;
+    exponent_text exponent;
     if (peek() == 'e' || peek() == 'E') {
       ++pos_;
       exponent = scan_exponent();
     }
+    require_end();
+    check_digits(whole.size() + fraction.size());
+    const std::int64_t scale = exponent_value(exponent) - static_cast<std::int64_t>(fraction.size());
     parts.significand = digits_to_integer(whole, fraction, 10);
-    parts.exp2 = parts.exp5 = exponent - static_cast<std::int64_t>(fraction.size());
+    parts.exp2 = parts.exp5 = scale;
   }
 
   void scan_hexadecimal(literal_parts& parts) {
@@ -151,19 +176,19 @@ private:
       fraction = run(is_hex_digit);
     }
     if (whole.empty() && fraction.empty()) fail("has no hexadecimal digits");
-    count_digits(whole.size() + fraction.size());
     if (peek() != 'p' && peek() != 'P') fail("has no binary exponent (p±digits)");
     ++pos_;
-    std::int64_t exponent = scan_exponent();
+    const exponent_text exponent = scan_exponent();
+    require_end();
+    check_digits(whole.size() + fraction.size());
+    parts.exp2 = exponent_value(exponent) - 4 * static_cast<std::int64_t>(fraction.size());
     parts.significand = digits_to_integer(whole, fraction, 16);
-    parts.exp2 = exponent - 4 * static_cast<std::int64_t>(fraction.size());
   }
 
   std::string_view text_;
   literal_form form_;
   const number_limits& limits_;
   std::size_t pos_ = 0;
-  std::size_t digits_ = 0;
 };
 
 void multiply_power(mpz_t target, unsigned long base, std::int64_t exponent) {

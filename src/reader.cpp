@@ -1,14 +1,17 @@
 #include "normcheck/reader.hpp"
 
-#include <fstream>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace normcheck {
 
 namespace {
 
 constexpr std::string_view top_level_keys =
-    "format, ranks, world_size, reducer, theta, description, expect, expect_error, observed, expect_gate";
+    "format, ranks, world_size, reducer, theta, description, expect, expect_error, observed, expect_gate, recipe";
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
@@ -25,6 +28,7 @@ public:
     std::uint64_t ranks_offset = 0;
     std::uint64_t world_size_offset = 0;
     std::uint64_t observed_offset = 0;
+    recipe_reducer_given = false;
     while (json_.next_member(key)) {
       if (key == "format") {
         read_format();
@@ -52,6 +56,8 @@ public:
         read_observed();
       } else if (key == "expect_gate") {
         read_expect_gate();
+      } else if (key == "recipe") {
+        read_recipe();
       } else {
         json_.fail(error_code::schema_error,
                    "unknown key \"" + std::string(key) + "\" (a normcheck/1 document has " +
@@ -71,6 +77,7 @@ public:
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
     if (file_.observed) check_observed_shape(observed_offset);
+    if (file_.normalization && !recipe_reducer_given) file_.normalization->reducer = file_.update.reducer;
     if (file_.update.valid_tokens() == 0)
       json_.fail(error_code::no_valid_tokens,
                  "no rank holds a valid token (N = 0): the token-mean objective is undefined and the update "
@@ -88,10 +95,16 @@ private:
       json_.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
     const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
     std::string_view text = kind == json_kind::number ? json_.number_text() : json_.string_value();
+    return parse_literal_at(text, form, offset);
+  }
+
+  // The general path: `parse_literal`, its errors located at the literal.
+  literal_parts parse_literal_at(std::string_view text, literal_form form, std::uint64_t offset) {
     try {
       return parse_literal(text, form, json_.limits().numbers);
     } catch (error& e) {
       e.locate(json_.locate(offset));
+      json_.mark_if_cut_off(e);
       throw;
     }
   }
@@ -112,11 +125,6 @@ private:
     return static_cast<std::uint64_t>(numerator(value));
   }
 
-  void read_format() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck/1\"");
-    std::string_view value = json_.string_value();
-    if (value != format_name)
   rational read_non_negative(std::string_view what) {
     const std::uint64_t offset = json_.value_offset();
     rational value = read_exact(what);
@@ -232,6 +240,46 @@ private:
                  offset);
   }
 
+  void read_recipe() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("recipe", "an object with scale (an expression such as \"W / N\") and reducer");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_object();
+    recipe parsed;
+    bool saw_scale = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "scale") {
+        const std::uint64_t scale_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("recipe.scale", "a string such as \"W / N\"");
+        const std::string text(json_.string_value());
+        try {
+          parsed.scale = recipe_expression::parse(text);
+        } catch (const error& e) {
+          // The expression's column, counted from the string's opening quote.
+          const std::uint64_t inside = e.where() ? e.where()->offset : 0;
+          throw error(e.code(), e.message(), json_.locate(scale_offset + 1 + inside));
+        }
+        saw_scale = true;
+      } else if (key == "reducer") {
+        const std::uint64_t reducer_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("recipe.reducer", "\"mean\" or \"sum\"");
+        std::string_view value = json_.string_value();
+        if (value == "mean") parsed.reducer = reducer_kind::mean;
+        else if (value == "sum") parsed.reducer = reducer_kind::sum;
+        else
+          json_.fail(error_code::schema_error,
+                     "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"", reducer_offset);
+        recipe_reducer_given = true;
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in recipe (it has scale and reducer)", json_.key_offset());
+      }
+    }
+    if (!saw_scale) json_.fail(error_code::schema_error, "recipe needs a scale, e.g. \"W / N\"", offset);
+    file_.normalization = std::move(parsed);
+  }
+
   void read_expect_gate() {
     if (json_.peek() != json_kind::object)
       json_.fail_type("expect_gate", "an object with verdict and explanations");
@@ -269,6 +317,11 @@ private:
     file_.expect_gate = std::move(expected);
   }
 
+  void read_format() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck/1\"");
+    std::string_view value = json_.string_value();
+    if (value != format_name)
       json_.fail(error_code::schema_error,
                  "unsupported format \"" + std::string(value) + "\": this normcheck reads \"normcheck/1\"", offset);
   }
@@ -332,14 +385,15 @@ private:
     return rank;
   }
 
+  // The hot loop: each literal is read straight from the input into machine integers and summed
+  // without allocating; what that path does not take (fractions, long significands, anything
+  // malformed) goes through parse_literal.
   microbatch_stats read_tokens(std::string_view what) {
     if (json_.peek() != json_kind::array)
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
     json_.begin_array();
     microbatch_builder builder;
-  // The hot loop: each literal is read straight from the input into machine integers and summed
-  // without allocating; what that path does not take (fractions, long significands, anything
-  // malformed) goes through parse_literal.
+    machine_literal fast;
     while (json_.next_element()) {
       if (json_.machine_value(fast)) {
         builder.add_token(fast);
@@ -347,20 +401,28 @@ private:
         json_.null_value();
         builder.add_padding();
       } else {
-    machine_literal fast;
         builder.add_token(read_literal("a token value"));
       }
     }
     return builder.finish();
   }
 
+
   void read_expect() {
     if (json_.peek() != json_kind::object)
       json_.fail_type("expect", "an object mapping gradient names to exact numbers or null");
     json_.begin_object();
     std::string_view key;
-
     while (json_.next_member(key)) {
+      if (key == "recipe") {
+        if (json_.peek() == json_kind::null) {
+          json_.null_value();
+          file_.expect_recipe.emplace(std::nullopt);
+        } else {
+          file_.expect_recipe.emplace(read_exact("the expected recipe gradient"));
+        }
+        continue;
+      }
       const std::optional<strategy> name = strategy_from_name(key);
       if (!name) {
         std::string names;
@@ -390,6 +452,7 @@ private:
 
   json_reader json_;
   partition_file file_;
+  bool recipe_reducer_given = false;
 };
 
 }  // namespace
@@ -423,18 +486,40 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
     where.file = name;
     throw error(code, why, where);
   };
+  // Opened without blocking (a FIFO would wait for a writer) and examined through the open
+  // descriptor, so that what is examined is what is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int cause = errno;
+    reject(error_code::io_error, cause == ENOENT  ? "cannot open: no such file (or a symbolic link to nothing)"
+                                 : cause == ELOOP   ? "cannot open: a loop of symbolic links"
+                                 : cause == EACCES  ? "cannot open: permission denied"
+                                 : cause == ENOTDIR ? "cannot open: a part of the path is not a directory"
+                                 : cause == ENXIO   ? "is not a regular file (a socket or device is not read)"
+                                                    : std::string("cannot open: ") + std::strerror(cause));
+  }
+  struct descriptor {
+    int fd;
+    ~descriptor() { ::close(fd); }
+  } open_file{fd};
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) reject(error_code::io_error, "cannot open: no such file, or it cannot be reached");
+  if (::fstat(fd, &info) != 0) reject(error_code::io_error, std::string("cannot be examined: ") + std::strerror(errno));
   if (S_ISDIR(info.st_mode)) reject(error_code::io_error, "is a directory where a file was expected");
   if (!S_ISREG(info.st_mode)) reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
   if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
-                                           std::to_string(limits.max_file_size) + " (--max-file-size raises it)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) reject(error_code::io_error, "cannot be opened for reading (permission denied?)");
+                                           std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
   std::string text(static_cast<std::size_t>(info.st_size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.gcount() != static_cast<std::streamsize>(text.size()))
+  std::size_t filled = 0;
+  while (filled < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) reject(error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
+    if (n == 0) break;
+    filled += static_cast<std::size_t>(n);
+  }
+  char more = 0;
+  if (filled != text.size() || ::read(fd, &more, 1) > 0)
     reject(error_code::io_error, "changed size while it was read");
   return text;
 }

@@ -6,6 +6,7 @@
 /// array element.
 
 #include "normcheck/errors.hpp"
+#include "normcheck/exact_sum.hpp"
 #include "normcheck/rational.hpp"
 
 #include <cstdint>
@@ -56,6 +57,9 @@ public:
   std::string_view string_value();
   /// Reads a number token and returns its text as written.
   std::string_view number_text();
+  /// The streaming path: reads the next value straight into machine integers when it is a number, or a
+  /// string holding a literal, that `scan_machine_literal` takes; otherwise reads nothing and returns false.
+  bool machine_value(machine_literal& out);
   /// Reads true or false.
   bool boolean_value();
   /// Reads null.
@@ -71,8 +75,15 @@ public:
   const reader_limits& limits() const noexcept { return limits_; }
   /// Line and column of a byte offset.
   location locate(std::uint64_t offset) const;
-  /// Throws `error(code, message)` located at `offset`.
+  /// Throws `error(code, message)` located at `offset`, marked `truncated()` when the input is cut off.
   [[noreturn]] void fail(error_code code, std::string message, std::uint64_t offset) const;
+  /// True when the input ends inside the document: inside a string, with a bracket still open, or
+  /// before any value. Counts brackets and strings only, so nothing else that is wrong before the end
+  /// hides a cut. Costs one pass over the text.
+  bool cut_off() const;
+  /// Marks `e` as caused by input that ended early when the input is cut off: an error met before the
+  /// end of a cut-off file never meets an expectation (see `error::truncated`).
+  void mark_if_cut_off(error& e) const;
   /// Throws a wrong-type schema_error for the next value: "`what` must be `expected`, found ...".
   [[noreturn]] void fail_type(std::string_view what, std::string_view expected);
 

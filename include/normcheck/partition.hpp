@@ -65,6 +65,13 @@ class microbatch_builder {
 public:
   /// Adds a valid token given as a literal.
   void add_token(const literal_parts& target);
+  /// Adds a valid token read by `scan_machine_literal` (the streaming path: no allocation per token).
+  void add_token(const machine_literal& target) {
+    ++valid_tokens_;
+    machine_literal magnitude = target;
+    magnitude.negative = false;
+    (target.negative ? negative_ : positive_).add(magnitude);
+  }
   /// Adds a valid token given as a rational.
   void add_token(const rational& target);
   /// Adds a position that holds no valid token.

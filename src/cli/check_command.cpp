@@ -8,6 +8,7 @@
 
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 namespace normcheck::cli {
 
@@ -17,6 +18,7 @@ struct check_options {
   std::vector<std::string> paths;
   bool json = false;
   std::string junit;
+  std::string output;
   reader_limits limits;
 };
 
@@ -31,6 +33,11 @@ outcome run_check(const check_options& options) {
   if (options.json) print_json(std::cout, reports);
   else print_summary(std::cout, summary);
   if (!options.junit.empty()) write_file_atomically(options.junit, junit_report(reports));
+  if (!options.output.empty()) {
+    std::ostringstream json;
+    print_json(json, reports);
+    write_file_atomically(options.output, json.str());
+  }
   if (summary.errors > 0) return outcome::rejected;
   if (summary.failed > 0) return outcome::check_failed;
   return outcome::holds;
@@ -50,6 +57,14 @@ void add_check_command(CLI::App& app, action& run) {
       ->check(CLI::Range(1, 100000));
   check->add_option("--max-file-size", options->limits.max_file_size, "Largest file accepted, in bytes")
       ->capture_default_str();
+  check->add_option("--max-digits", options->limits.numbers.max_digits, "Most digits in one literal")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+  check->add_option("--max-exponent", options->limits.numbers.max_exponent, "Largest |exponent| of a literal as written")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000000));
+  check->add_option("--output", options->output,
+                    "Also write the --json report to this file (a temporary file renamed into place: never half-written)");
   check->callback([&run, options] { run = [options] { return run_check(*options); }; });
 }
 

@@ -20,11 +20,11 @@ using action = std::function<outcome()>;
 
 void add_check_command(CLI::App& app, action& run);
 void add_reference_command(CLI::App& app, action& run);
-void add_suggest_command(CLI::App& app, action& run);
-void add_demo_command(CLI::App& app, action& run);
-void add_lab_command(CLI::App& app, action& run);
-void add_prove_command(CLI::App& app, action& run);
 void add_simulate_command(CLI::App& app, action& run);
 void add_collectives_command(CLI::App& app, action& run);
+void add_demo_command(CLI::App& app, action& run);
+void add_lab_command(CLI::App& app, action& run);
+void add_suggest_command(CLI::App& app, action& run);
+void add_prove_command(CLI::App& app, action& run);
 
 }  // namespace normcheck::cli

@@ -5,7 +5,9 @@
 
 #include "normcheck/errors.hpp"
 
+#include <csignal>
 #include <iostream>
+#include <sys/stat.h>
 
 namespace {
 
@@ -19,10 +21,22 @@ int exit_status(normcheck::cli::outcome result) {
   return 2;
 }
 
+/// Whether the report reached standard output. SIGPIPE is ignored, so a reader that went away
+/// (`normcheck check cases | head -n 1`) shows up here as a failed write, and ends the run quietly.
+bool report_delivered() {
+  std::cout.flush();
+  if (std::cout) return true;
+  struct stat info {};
+  const bool pipe = ::fstat(1, &info) == 0 && S_ISFIFO(info.st_mode);
+  if (!pipe) std::cerr << "normcheck: the report could not be written to standard output\n";
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using normcheck::cli::outcome;
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"normcheck: exact verification of loss normalization in data-parallel training"};
   app.set_version_flag("--version", "normcheck 0.1.0");
   app.require_subcommand(1);
@@ -30,12 +44,12 @@ int main(int argc, char** argv) {
   normcheck::cli::action run;
   normcheck::cli::add_check_command(app, run);
   normcheck::cli::add_reference_command(app, run);
-  normcheck::cli::add_suggest_command(app, run);
-  normcheck::cli::add_demo_command(app, run);
-  normcheck::cli::add_lab_command(app, run);
-  normcheck::cli::add_prove_command(app, run);
   normcheck::cli::add_simulate_command(app, run);
   normcheck::cli::add_collectives_command(app, run);
+  normcheck::cli::add_demo_command(app, run);
+  normcheck::cli::add_lab_command(app, run);
+  normcheck::cli::add_suggest_command(app, run);
+  normcheck::cli::add_prove_command(app, run);
 
   try {
     app.parse(argc, argv);
@@ -43,7 +57,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? exit_status(outcome::holds) : exit_status(outcome::rejected);
   }
   try {
-    return exit_status(run ? run() : outcome::rejected);
+    const int status = exit_status(run ? run() : outcome::rejected);
+    return report_delivered() ? status : exit_status(outcome::rejected);
   } catch (const normcheck::error& e) {
     std::cerr << "normcheck: " << normcheck::describe(e) << "\n";
     return exit_status(outcome::rejected);

@@ -1,0 +1,248 @@
+// The streaming path (literals read straight into machine integers, summed per scale in 128 bits)
+// against the general path (parse_literal, to_rational, rational addition), on random literals biased
+// toward the corners: significands around 2^64, exponents at the limits, decimal and hexadecimal mixed.
+
+#include "normcheck/exact_sum.hpp"
+#include "normcheck/partition.hpp"
+#include "normcheck/reader.hpp"
+
+#include <doctest/doctest.h>
+#include <rapidcheck.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace normcheck;
+
+std::string digit_run(std::size_t length, bool hexadecimal, bool nonzero_first) {
+  const std::string alphabet = hexadecimal ? "0123456789abcdefABCDEF" : "0123456789";
+  std::string out;
+  for (std::size_t i = 0; i < length; ++i) {
+    const std::size_t from = i == 0 && nonzero_first ? 1 : 0;
+    out += alphabet[*rc::gen::inRange<std::size_t>(from, alphabet.size())];
+  }
+  return out;
+}
+
+// Exponents as written: small, near a double's range, near the default limit, or absurd.
+std::string exponent_text() {
+  const std::int64_t value = *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 30), rc::gen::inRange<std::int64_t>(290, 330),
+                                             rc::gen::inRange<std::int64_t>(9990, 10010),
+                                             rc::gen::inRange<std::int64_t>(0, 4000000000));
+  const std::string zeros(*rc::gen::inRange<std::size_t>(0, 3), '0');
+  const std::string sign = *rc::gen::element<std::string>("", "+", "-");
+  return sign + zeros + std::to_string(value);
+}
+
+// Lengths that straddle what fits in 64 bits (19-20 decimal, 16-17 hexadecimal digits).
+std::size_t run_length(bool hexadecimal) {
+  return *rc::gen::oneOf(rc::gen::inRange<std::size_t>(0, 4), rc::gen::inRange<std::size_t>(hexadecimal ? 14 : 17, hexadecimal ? 19 : 23),
+                         rc::gen::inRange<std::size_t>(0, 45));
+}
+
+std::string decimal_literal() {
+  std::string text = *rc::gen::element<std::string>("", "-");
+  const std::size_t whole = run_length(false);
+  text += whole <= 1 ? digit_run(1, false, false) : digit_run(whole, false, true);
+  if (*rc::gen::arbitrary<bool>()) text += "." + digit_run(std::max<std::size_t>(1, run_length(false)), false, false);
+  if (*rc::gen::arbitrary<bool>()) text += *rc::gen::element<std::string>("e", "E") + exponent_text();
+  return text;
+}
+
+std::string hexadecimal_literal() {
+  std::string text = *rc::gen::element<std::string>("", "-");
+  text += *rc::gen::element<std::string>("0x", "0X");
+  text += digit_run(run_length(true), true, false);
+  if (*rc::gen::arbitrary<bool>()) text += "." + digit_run(run_length(true), true, false);
+  text += *rc::gen::element<std::string>("p", "P") + exponent_text();
+  return text;
+}
+
+// A literal, well formed or damaged by one edit (so that rejections are compared too).
+std::string any_literal() {
+  std::string text = *rc::gen::weightedOneOf<std::string>(
+      {{4, rc::gen::exec(decimal_literal)},
+       {3, rc::gen::exec(hexadecimal_literal)},
+       {1, rc::gen::exec([] { return digit_run(run_length(false) + 1, false, true) + "/" + digit_run(run_length(false) + 1, false, true); })}});
+  if (*rc::gen::inRange(0, 5) == 0 && !text.empty()) {
+    const std::size_t at = *rc::gen::inRange<std::size_t>(0, text.size());
+    const char edit = *rc::gen::element('.', '-', '+', 'e', 'x', 'p', '0', '/', ' ');
+    if (*rc::gen::arbitrary<bool>()) text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), edit);
+    else text.erase(at, 1);
+  }
+  return text;
+}
+
+number_limits some_limits() {
+  number_limits limits;
+  if (*rc::gen::arbitrary<bool>()) {
+    limits.max_exponent = 300;
+    limits.max_digits = 40;
+  }
+  return limits;
+}
+
+std::optional<literal_parts> general(const std::string& text, literal_form form, const number_limits& limits) {
+  try {
+    return parse_literal(text, form, limits);
+  } catch (const error&) {
+    return std::nullopt;
+  }
+}
+
+using scanner = std::function<bool(std::string_view, literal_form, const number_limits&, machine_literal&)>;
+
+// Why the scanner disagrees with parse_literal on `text`, or nothing when it agrees.
+std::optional<std::string> disagreement(const scanner& scan, const std::string& text, literal_form form,
+                                        const number_limits& limits) {
+  machine_literal fast;
+  if (!scan(text, form, limits, fast)) return std::nullopt;
+  const std::optional<literal_parts> parts = general(text, form, limits);
+  if (!parts) return "the fast path takes '" + text + "', which parse_literal rejects";
+  if (to_rational(to_parts(fast)) != to_rational(*parts))
+    return "the fast path reads '" + text + "' as " + to_string(to_rational(to_parts(fast))) + ", parse_literal as " +
+           to_string(to_rational(*parts));
+  return std::nullopt;
+}
+
+std::string quoted_value(const std::string& text, bool as_string) { return as_string ? "\"" + text + "\"" : text; }
+
+}  // namespace
+
+TEST_CASE("the machine-integer scan agrees with parse_literal on random literals") {
+  CHECK(rc::check("scan_machine_literal takes only what parse_literal accepts, with the same parts", [] {
+    const std::string text = any_literal();
+    const number_limits limits = some_limits();
+    for (literal_form form : {literal_form::json_number, literal_form::json_string}) {
+      const std::optional<std::string> why = disagreement(scan_machine_literal, text, form, limits);
+      RC_ASSERT(!why.has_value());
+      machine_literal fast;
+      if (scan_machine_literal(text, form, limits, fast)) {
+        const literal_parts parts = parse_literal(text, form, limits);
+        const literal_parts from_fast = to_parts(fast);
+        RC_ASSERT(from_fast.negative == parts.negative);
+        RC_ASSERT(from_fast.significand == parts.significand);
+        RC_ASSERT(from_fast.exp2 == parts.exp2);
+        RC_ASSERT(from_fast.exp5 == parts.exp5);
+      }
+      RC_CLASSIFY(scan_machine_literal(text, form, limits, fast), "fast path");
+    }
+  }));
+}
+
+TEST_CASE("the differential catches a fast path that is wrong") {
+  // A scanner that drops a significand's last digit when it has 19: the kind of overflow slip the
+  // differential exists for.
+  const scanner truncating = [](std::string_view text, literal_form form, const number_limits& limits,
+                                machine_literal& out) {
+    if (!scan_machine_literal(text, form, limits, out)) return false;
+    if (out.significand >= 1000000000000000000ull) out.significand /= 10;
+    return true;
+  };
+  const number_limits limits;
+  CHECK_FALSE(disagreement(scan_machine_literal, "9999999999999999999", literal_form::json_number, limits));
+  CHECK(disagreement(truncating, "9999999999999999999", literal_form::json_number, limits));
+}
+
+TEST_CASE("the fast path declines what does not fit and leaves it exact") {
+  machine_literal fast;
+  const number_limits limits;
+  CHECK(scan_machine_literal("18446744073709551615", literal_form::json_number, limits, fast));
+  CHECK(fast.significand == 18446744073709551615ull);
+  CHECK_FALSE(scan_machine_literal("18446744073709551616", literal_form::json_number, limits, fast));
+  CHECK_FALSE(scan_machine_literal("0x1ffffffffffffffff.0p0", literal_form::json_string, limits, fast));
+  CHECK_FALSE(scan_machine_literal("1/3", literal_form::json_string, limits, fast));
+  CHECK_FALSE(scan_machine_literal("1e10001", literal_form::json_number, limits, fast));
+  CHECK_FALSE(scan_machine_literal("0x1p1", literal_form::json_number, limits, fast));
+  CHECK(scan_machine_literal("-0.000", literal_form::json_number, limits, fast));
+  CHECK_FALSE(fast.negative);
+  REQUIRE(scan_machine_literal("-0x1.8p-3", literal_form::json_string, limits, fast));
+  CHECK(to_rational(to_parts(fast)) == rational(-3, 16));
+}
+
+TEST_CASE("exact_sum in machine integers equals the rational sum") {
+  CHECK(rc::check("Σ through 128-bit buckets and GMP spills equals Σ of rationals", [] {
+    // Exponents from a short run (the usual input) or spread wide, so that buckets collide and spill.
+    const bool spread = *rc::gen::arbitrary<bool>();
+    const auto terms = *rc::gen::container<std::vector<machine_literal>>(rc::gen::exec([spread] {
+      machine_literal term;
+      term.negative = *rc::gen::arbitrary<bool>();
+      term.significand = *rc::gen::oneOf(rc::gen::inRange<std::uint64_t>(0, 1000), rc::gen::arbitrary<std::uint64_t>(),
+                                         rc::gen::just(UINT64_MAX));
+      const std::int32_t e = spread ? *rc::gen::inRange(-10100, 10100) : *rc::gen::inRange(-24, 4);
+      if (*rc::gen::arbitrary<bool>()) {
+        term.exp2 = term.exp5 = e;  // decimal
+      } else {
+        term.exp2 = e;  // binary
+        term.exp5 = 0;
+      }
+      return term;
+    }));
+    exact_sum fast;
+    exact_sum general_sum;
+    rational expected;
+    for (const machine_literal& term : terms) {
+      fast.add(term);
+      general_sum.add(to_parts(term));
+      expected += to_rational(to_parts(term));
+    }
+    RC_ASSERT(fast.value() == expected);
+    RC_ASSERT(general_sum.value() == expected);
+    RC_ASSERT(is_canonical(fast.value()));
+  }));
+}
+
+TEST_CASE("many terms of one scale stay exact past 64 bits") {
+  exact_sum sum;
+  machine_literal big;
+  big.significand = UINT64_MAX;
+  big.exp2 = big.exp5 = -3;
+  for (int i = 0; i < 1000; ++i) sum.add(big);
+  rational expected = rational(integer(UINT64_MAX) * 1000, integer(1000));
+  CHECK(sum.value() == expected);
+}
+
+TEST_CASE("the streaming reader agrees with the general path on whole documents") {
+  CHECK(rc::check("a microbatch read from a document sums its literals exactly", [] {
+    const auto literals = *rc::gen::container<std::vector<std::string>>(
+        rc::gen::oneOf(rc::gen::exec(decimal_literal), rc::gen::exec(hexadecimal_literal)));
+    std::vector<std::string> accepted;
+    rational expected;
+    rational expected_abs;
+    std::string tokens;
+    for (const std::string& text : literals) {
+      const bool hexadecimal = text.find_first_of("xX") != std::string::npos;
+      const bool as_string = hexadecimal || *rc::gen::arbitrary<bool>();
+      const std::optional<literal_parts> parts =
+          general(text, as_string ? literal_form::json_string : literal_form::json_number, number_limits{});
+      if (!parts) continue;
+      const rational value = to_rational(*parts);
+      expected += value;
+      expected_abs += abs(value);
+      tokens += (tokens.empty() ? "" : ", ") + quoted_value(text, as_string);
+      if (*rc::gen::inRange(0, 8) == 0) tokens += ", null";
+    }
+    const std::string document =
+        R"({"format": "normcheck/1", "ranks": [{"microbatches": [[)" + tokens + "], [1]]}]}";
+    const partition_file file = read_partition(document, "generated");
+    const microbatch_stats& first = file.update.ranks.at(0).microbatches.at(0);
+    RC_ASSERT(first.target_sum == expected);
+    RC_ASSERT(first.target_abs_sum == expected_abs);
+  }));
+}
+
+TEST_CASE("a literal the fast path declines is still read exactly in a document") {
+  const std::string document =
+      R"({"format": "normcheck/1", "ranks": [{"targets": [18446744073709551616, "0x1p-1074", "-1/3", 0.1, 1e-400]}]})";
+  const partition_file file = read_partition(document, "declined");
+  rational expected = rational(integer(1) << 64);
+  expected += rational(integer(1), integer(1) << 1074);
+  expected += rational(-1, 3);
+  expected += rational(1, 10);
+  expected += rational(integer(1), boost::multiprecision::pow(integer(10), 400));
+  CHECK(file.update.ranks.at(0).microbatches.at(0).target_sum == expected);
+}

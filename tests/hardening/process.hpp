@@ -1,0 +1,121 @@
+#pragma once
+// Runs the real executable in a child process with a time limit, and measures it: exit status or
+// signal, output, peak resident memory (wait4) and elapsed time.
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace hardening {
+
+/// Where the child's standard output goes.
+enum class output_to {
+  file,         ///< a temporary file, read back into `out`
+  closed_pipe,  ///< a pipe whose reading end is already closed (as after `| head -n 1` exits)
+};
+
+/// What a child process did.
+struct process_result {
+  int status = -1;          ///< exit status, or -1 when killed by a signal
+  int signal = 0;           ///< the signal that ended it, or 0
+  bool timed_out = false;   ///< killed because it ran past the time limit
+  std::string out;
+  std::string err;
+  long peak_kib = 0;        ///< peak resident set size in KiB
+  double seconds = 0;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// Runs `args` (args[0] is the executable's path) with the time limit `timeout_seconds`.
+inline process_result run_process(const std::vector<std::string>& args, output_to stdout_to = output_to::file,
+                                  double timeout_seconds = 30) {
+  char out_path[] = "/tmp/normcheck-out-XXXXXX";
+  char err_path[] = "/tmp/normcheck-err-XXXXXX";
+  const int out_fd = ::mkstemp(out_path);
+  const int err_fd = ::mkstemp(err_path);
+  int pipe_fds[2] = {-1, -1};
+  if (stdout_to == output_to::closed_pipe) {
+    if (::pipe(pipe_fds) != 0) return {};
+    ::close(pipe_fds[0]);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // as a shell would start it
+    ::dup2(stdout_to == output_to::closed_pipe ? pipe_fds[1] : out_fd, 1);
+    ::dup2(err_fd, 2);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    ::dup2(null_fd, 0);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (pipe_fds[1] >= 0) ::close(pipe_fds[1]);
+  process_result result;
+  int wait_status = 0;
+  struct rusage usage {};
+  while (true) {
+    const pid_t done = ::wait4(child, &wait_status, WNOHANG, &usage);
+    if (done == child) break;
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    if (elapsed.count() > timeout_seconds && !result.timed_out) {
+      result.timed_out = true;
+      ::kill(child, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.peak_kib = usage.ru_maxrss;
+  if (WIFEXITED(wait_status)) result.status = WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) result.signal = WTERMSIG(wait_status);
+  ::close(out_fd);
+  ::close(err_fd);
+  result.out = slurp(out_path);
+  result.err = slurp(err_path);
+  ::unlink(out_path);
+  ::unlink(err_path);
+  return result;
+}
+
+/// A fresh empty directory under /tmp, removed by the destructor.
+struct temporary_directory {
+  std::string path;
+  temporary_directory() {
+    char name[] = "/tmp/normcheck-hardening-XXXXXX";
+    path = ::mkdtemp(name);
+    ::chmod(path.c_str(), 0755);
+  }
+  ~temporary_directory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+/// Writes `content` to `path`.
+inline void write_text(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+}
+
+}  // namespace hardening
