@@ -50,7 +50,7 @@ std::vector<reference_check> run_reference_checks() {
   checks.push_back(value_check(unequal, 0, strategy::local_mean, -1,
                                "averaging per-rank means weights the ranks equally, not the tokens: it is not the objective"));
   checks.push_back(value_check(unequal, 0, strategy::scaled_sum, minus_three_halves,
-                               "backpropagating W·Sᵣ/N compensates the reducer's division by W exactly"));
+                               "scaling each rank's loss sum by W/N cancels the reducer's division by W exactly"));
   checks.push_back(value_check(equal, 0, strategy::scaled_sum, minus_three_halves,
                                "the compensated gradient does not depend on how the tokens are dealt to ranks"));
   checks.push_back(value_check(equal, 0, strategy::local_mean, minus_three_halves,
