@@ -3,6 +3,8 @@
 #include "normcheck/errors.hpp"
 #include "normcheck/gradients.hpp"
 
+#include "deterministic_random.hpp"
+
 #include <algorithm>
 
 namespace normcheck {
@@ -123,17 +125,6 @@ integer small_scope_partitions() {
   return total;
 }
 
-class lcg {
-public:
-  std::uint64_t below(std::uint64_t bound) {
-    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
-    return (state_ >> 33) % bound;
-  }
-
-private:
-  std::uint64_t state_ = 0x2545F4914F6CDD1Dull;
-};
-
 }  // namespace
 
 std::string describe(const count_configuration& c) {
@@ -192,7 +183,7 @@ proof_result prove_recipe(const recipe& r, objective_kind objective) {
                     " distinct (W, N, n_r, n_m, G) a microbatch of them can see), smallest N first";
   if (refuted()) return result;
 
-  lcg random;
+  detail::deterministic_random random(0x2545F4914F6CDD1Dull);
   for (int i = 0; i < random_configurations && !first_wrong && !first_zero; ++i) {
     count_configuration c;
     c.world_size = 1 + random.below(64);

@@ -2,21 +2,11 @@
 
 #include "normcheck/gate.hpp"
 
+#include "deterministic_random.hpp"
+
 namespace normcheck {
 
 namespace {
-
-// A small deterministic generator (64-bit LCG), so that suggestions are reproducible everywhere.
-class lcg {
-public:
-  std::uint64_t next(std::uint64_t bound) {
-    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
-    return (state_ >> 33) % bound;
-  }
-
-private:
-  std::uint64_t state_ = 0x9E3779B97F4A7C15ull;
-};
 
 struct named_value {
   std::string name;
@@ -60,7 +50,7 @@ void measure(suggestion& s) {
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type) {
   constexpr int attempts = 400;
   constexpr std::uint64_t most_tokens = 4;  // per microbatch
-  lcg random;
+  detail::deterministic_random random(0x9E3779B97F4A7C15ull);
   suggestion best;
   bool have_best = false;
   for (int attempt = 0; attempt < attempts; ++attempt) {
@@ -70,10 +60,10 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
       std::vector<std::vector<token>> rank;
       for (std::uint64_t m = 0; m < microbatches; ++m) {
         std::vector<token> tokens;
-        const std::uint64_t count = 1 + random.next(most_tokens);
+        const std::uint64_t count = 1 + random.below(most_tokens);
         for (std::uint64_t i = 0; i < count; ++i) {
           // Small integers: exact in every dtype, bfloat16 included.
-          const auto target = static_cast<long>(random.next(11)) - 4;
+          const auto target = static_cast<long>(random.below(11)) - 4;
           tokens.emplace_back(rational(target));
         }
         rank.push_back(std::move(tokens));
