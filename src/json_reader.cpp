@@ -79,6 +79,12 @@ json_reader::json_reader(std::string_view text, std::string source, const reader
   if (text_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;
 }
 
+json_reader json_reader::at(std::uint64_t offset) const {
+  json_reader other(text_, source_, limits_);
+  other.pos_ = offset;
+  return other;
+}
+
 location json_reader::locate(std::uint64_t offset) const {
   location where;
   where.file = source_;

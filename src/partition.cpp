@@ -1,6 +1,43 @@
 #include "normcheck/partition.hpp"
 
+#include "normcheck/errors.hpp"
+
 namespace normcheck {
+
+namespace {
+
+// The exact product of two literals, still in parts: significands and denominators multiply, exponents add.
+literal_parts product(const literal_parts& a, const literal_parts& b) {
+  literal_parts p;
+  p.negative = a.negative != b.negative;
+  p.significand = a.significand * b.significand;
+  p.denominator = a.denominator * b.denominator;
+  p.exp2 = a.exp2 + b.exp2;
+  p.exp5 = a.exp5 + b.exp5;
+  return p;
+}
+
+}  // namespace
+
+std::string_view objective_name(objective_kind objective) noexcept {
+  return objective == objective_kind::token_mean ? "token_mean" : "weighted_token_mean";
+}
+
+rational microbatch_stats::mass() const {
+  return weighted ? weighted->mass : rational(valid_tokens);
+}
+
+rational rank_stats::mass() const {
+  rational total;
+  for (const microbatch_stats& m : microbatches) total += m.mass();
+  return total;
+}
+
+rational partition::mass() const {
+  rational total;
+  for (const rank_stats& r : ranks) total += r.mass();
+  return total;
+}
 
 std::string_view reducer_name(reducer_kind reducer) noexcept {
   return reducer == reducer_kind::mean ? "mean" : "sum";
@@ -31,8 +68,8 @@ std::uint64_t partition::valid_tokens() const {
 }
 
 rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta) {
-  rational sum = theta * microbatch.valid_tokens;
-  sum -= microbatch.target_sum;
+  rational sum = theta * microbatch.mass();
+  sum -= microbatch.weighted_target_sum();
   return sum;
 }
 
@@ -63,6 +100,30 @@ void microbatch_builder::add_token(const rational& target) {
   }
 }
 
+void microbatch_builder::add_weighted_token(const literal_parts& target, const literal_parts& weight) {
+  add_token(target);
+  weighted_ = true;
+  ++weighted_tokens_;
+  mass_.add(weight);
+  literal_parts term = product(target, weight);
+  term.negative = false;
+  (target.negative ? weighted_negative_ : weighted_positive_).add(term);
+}
+
+void microbatch_builder::add_weighted_token(const rational& target, const rational& weight) {
+  add_token(target);
+  weighted_ = true;
+  ++weighted_tokens_;
+  mass_.add(weight);
+  rational term = target * weight;
+  if (term < 0) {
+    rational magnitude = -term;
+    weighted_negative_.add(magnitude);
+  } else {
+    weighted_positive_.add(term);
+  }
+}
+
 microbatch_stats microbatch_builder::finish() const {
   microbatch_stats stats;
   stats.valid_tokens = valid_tokens_;
@@ -71,6 +132,17 @@ microbatch_stats microbatch_builder::finish() const {
   rational negative = negative_.value();
   stats.target_sum = positive - negative;
   stats.target_abs_sum = positive + negative;
+  if (weighted_) {
+    if (weighted_tokens_ != valid_tokens_)
+      throw error(error_code::schema_error, "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
+    weighted_sums sums;
+    sums.mass = mass_.value();
+    rational weighted_positive = weighted_positive_.value();
+    rational weighted_negative = weighted_negative_.value();
+    sums.target_sum = weighted_positive - weighted_negative;
+    sums.target_abs_sum = weighted_positive + weighted_negative;
+    stats.weighted = std::move(sums);
+  }
   return stats;
 }
 
@@ -100,6 +172,45 @@ partition make_accumulated_partition(const std::vector<std::vector<std::vector<t
   for (const auto& microbatches : ranks) {
     rank_stats rank;
     for (const auto& tokens : microbatches) rank.microbatches.push_back(summarize(tokens));
+    p.ranks.push_back(std::move(rank));
+  }
+  return p;
+}
+
+partition make_weighted_partition(const std::vector<std::vector<std::vector<token>>>& ranks,
+                                  const std::vector<std::vector<std::vector<token>>>& weights, const rational& theta,
+                                  reducer_kind reducer) {
+  auto mismatch = [](const std::string& where) {
+    throw error(error_code::schema_error, "weights must have the shape of the targets: " + where);
+  };
+  if (weights.size() != ranks.size()) mismatch("one list per rank");
+  partition p;
+  p.theta = theta;
+  p.reducer = reducer;
+  p.objective = objective_kind::weighted_token_mean;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (weights[r].size() != ranks[r].size()) mismatch("rank " + std::to_string(r) + " has another number of microbatches");
+    rank_stats rank;
+    for (std::size_t m = 0; m < ranks[r].size(); ++m) {
+      const std::vector<token>& tokens = ranks[r][m];
+      const std::vector<token>& w = weights[r][m];
+      if (w.size() != tokens.size())
+        mismatch("rank " + std::to_string(r) + ", microbatch " + std::to_string(m) + " has another length");
+      microbatch_builder builder;
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i].has_value() != w[i].has_value())
+          mismatch("a weight stands beside each valid token and null beside each padded position");
+        if (!tokens[i]) {
+          builder.add_padding();
+          continue;
+        }
+        if (*w[i] < 0) throw error(error_code::bad_number, "a token weight must not be negative, found " + to_string(*w[i]));
+        builder.add_weighted_token(*tokens[i], *w[i]);
+      }
+      microbatch_stats stats = builder.finish();
+      if (!stats.weighted) stats.weighted = weighted_sums{};  // a microbatch without a valid token has mass 0
+      rank.microbatches.push_back(std::move(stats));
+    }
     p.ranks.push_back(std::move(rank));
   }
   return p;

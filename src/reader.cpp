@@ -11,7 +11,7 @@ namespace normcheck {
 namespace {
 
 constexpr std::string_view top_level_keys =
-    "format, ranks, world_size, reducer, theta, description, expect, expect_error, observed, expect_gate, recipe";
+    "format, ranks, world_size, reducer, theta, objective, description, expect, expect_error, observed, expect_gate, recipe";
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
@@ -44,6 +44,8 @@ public:
         read_reducer();
       } else if (key == "theta") {
         file_.update.theta = read_exact("theta");
+      } else if (key == "objective") {
+        read_objective();
       } else if (key == "description") {
         if (json_.peek() != json_kind::string) json_.fail_type("description", "a string");
         file_.description = std::string(json_.string_value());
@@ -78,23 +80,32 @@ public:
                  world_size_offset);
     if (file_.observed) check_observed_shape(observed_offset);
     if (file_.normalization && !recipe_reducer_given) file_.normalization->reducer = file_.update.reducer;
+    check_weighting();
     if (file_.update.valid_tokens() == 0)
       json_.fail(error_code::no_valid_tokens,
                  "no rank holds a valid token (N = 0): the token-mean objective is undefined and the update "
                  "must be rejected by a policy all ranks share, such as skipping it",
+                 ranks_offset);
+    if (file_.update.objective == objective_kind::weighted_token_mean && file_.update.mass() == 0)
+      json_.fail(error_code::no_valid_tokens,
+                 "every valid token weighs 0 (M = 0): the weighted token-mean objective is undefined and the "
+                 "update must be rejected by a policy all ranks share, such as skipping it",
                  ranks_offset);
     return std::move(file_);
   }
 
 private:
   // An exact number: a JSON number, or a string holding a fraction, hexadecimal float or decimal.
-  literal_parts read_literal(std::string_view what) {
-    const std::uint64_t offset = json_.value_offset();
-    const json_kind kind = json_.peek();
+  literal_parts read_literal(std::string_view what) { return read_literal(json_, what); }
+
+  // The same from another reader over the document (see `json_reader::at`).
+  literal_parts read_literal(json_reader& json, std::string_view what) {
+    const std::uint64_t offset = json.value_offset();
+    const json_kind kind = json.peek();
     if (kind != json_kind::number && kind != json_kind::string)
-      json_.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
+      json.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
     const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
-    std::string_view text = kind == json_kind::number ? json_.number_text() : json_.string_value();
+    std::string_view text = kind == json_kind::number ? json.number_text() : json.string_value();
     return parse_literal_at(text, form, offset);
   }
 
@@ -167,12 +178,14 @@ private:
         saw_dtype = true;
       } else if (key == "tokens") {
         read_observed_tokens(observed);
+      } else if (key == "mass") {
+        read_observed_mass(observed);
       } else if (key == "tolerance") {
         read_tolerance(observed);
       } else {
         json_.fail(error_code::schema_error,
                    "unknown key \"" + std::string(key) +
-                       "\" in observed (it has gradient or per_rank, dtype, tokens, tolerance)",
+                       "\" in observed (it has gradient or per_rank, dtype, tokens, mass, tolerance)",
                    json_.key_offset());
       }
     }
@@ -207,6 +220,25 @@ private:
     }
   }
 
+  void read_observed_mass(observed_result& observed) {
+    if (json_.peek() != json_kind::object) json_.fail_type("observed.mass", "an object with global and/or per_rank");
+    json_.begin_object();
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "global") {
+        observed.global_mass = read_non_negative("observed.mass.global");
+      } else if (key == "per_rank") {
+        if (json_.peek() != json_kind::array) json_.fail_type("observed.mass.per_rank", "an array of masses, one per rank");
+        json_.begin_array();
+        while (json_.next_element()) observed.rank_masses.push_back(read_non_negative("each per-rank mass"));
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in observed.mass (it has global and per_rank)",
+                   json_.key_offset());
+      }
+    }
+  }
+
   void read_tolerance(observed_result& observed) {
     if (json_.peek() != json_kind::object)
       json_.fail_type("observed.tolerance", "an object with absolute and/or relative");
@@ -233,6 +265,15 @@ private:
                  "observed.per_rank has " + std::to_string(observed.per_rank.size()) + " values for " +
                      std::to_string(ranks) + " ranks: give one per rank",
                  offset);
+    if (!observed.rank_masses.empty() && observed.rank_masses.size() != ranks)
+      json_.fail(error_code::schema_error,
+                 "observed.mass.per_rank has " + std::to_string(observed.rank_masses.size()) + " masses for " +
+                     std::to_string(ranks) + " ranks: give one per rank",
+                 offset);
+    if ((observed.global_mass || !observed.rank_masses.empty()) &&
+        file_.update.objective != objective_kind::weighted_token_mean)
+      json_.fail(error_code::schema_error,
+                 "observed.mass is a weight mass, which only the weighted_token_mean objective has", offset);
     if (!observed.rank_tokens.empty() && observed.rank_tokens.size() != ranks)
       json_.fail(error_code::schema_error,
                  "observed.tokens.per_rank has " + std::to_string(observed.rank_tokens.size()) + " counts for " +
@@ -244,6 +285,7 @@ private:
     if (json_.peek() != json_kind::object)
       json_.fail_type("recipe", "an object with scale (an expression such as \"W / N\") and reducer");
     const std::uint64_t offset = json_.value_offset();
+    recipe_offset = offset;
     json_.begin_object();
     recipe parsed;
     bool saw_scale = false;
@@ -354,14 +396,18 @@ private:
     rank_stats rank;
     bool saw_targets = false;
     bool saw_microbatches = false;
+    std::optional<std::uint64_t> tokens_offset;
+    std::optional<std::uint64_t> weights_offset;
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "targets") {
         saw_targets = true;
+        tokens_offset = json_.value_offset();
         rank.microbatches.push_back(read_tokens("targets"));
       } else if (key == "microbatches") {
         saw_microbatches = true;
         const std::uint64_t list_offset = json_.value_offset();
+        tokens_offset = list_offset;
         if (json_.peek() != json_kind::array)
           json_.fail_type("microbatches", "a non-empty array of token arrays");
         json_.begin_array();
@@ -371,9 +417,14 @@ private:
                      "microbatches must not be empty: a rank takes part with at least one microbatch "
                      "(an empty one, [], if it holds no token)",
                      list_offset);
+      } else if (key == "weights") {
+        // Read once the rank's tokens are known: the two are paired element by element.
+        weights_offset = json_.value_offset();
+        json_.skip_value();
       } else {
         json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in a rank (a rank has \"targets\" or \"microbatches\")",
+                   "unknown key \"" + std::string(key) +
+                       "\" in a rank (a rank has \"targets\" or \"microbatches\", and \"weights\" for a weighted objective)",
                    json_.key_offset());
       }
     }
@@ -382,7 +433,119 @@ private:
                  saw_targets ? "a rank has both \"targets\" and \"microbatches\": give exactly one"
                              : "a rank needs \"targets\" (one microbatch) or \"microbatches\" (several)",
                  offset);
+    if (weights_offset) {
+      if (!first_weights_offset) first_weights_offset = weights_offset;
+      read_weights(rank, *tokens_offset, *weights_offset, saw_microbatches);
+    } else if (!first_unweighted_rank) {
+      first_unweighted_rank = offset;
+    }
     return rank;
+  }
+
+  // Pairs a rank's weights with its tokens: the same shape, a non-negative exact weight beside each valid
+  // token and null beside each padded position. Weighted tokens take the general literal path.
+  void read_weights(rank_stats& rank, std::uint64_t tokens_offset, std::uint64_t weights_offset, bool accumulated) {
+    json_reader tokens = json_.at(tokens_offset);
+    json_reader weights = json_.at(weights_offset);
+    const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
+    if (weights.peek() != json_kind::array) weights.fail_type("weights", shape);
+    if (!accumulated) {
+      rank.microbatches.front() = read_weighted_tokens(tokens, weights);
+      return;
+    }
+    tokens.begin_array();
+    weights.begin_array();
+    for (microbatch_stats& microbatch : rank.microbatches) {
+      tokens.next_element();
+      if (!weights.next_element())
+        weights.fail(error_code::schema_error,
+                     "weights lists fewer microbatches than the rank's " + std::to_string(rank.microbatches.size()) +
+                         ": give one weight array per microbatch",
+                     weights_offset);
+      if (weights.peek() != json_kind::array) weights.fail_type("each microbatch's weights", "an array of weights");
+      microbatch = read_weighted_tokens(tokens, weights);
+    }
+    if (weights.next_element())
+      weights.fail(error_code::schema_error,
+                   "weights lists more microbatches than the rank's " + std::to_string(rank.microbatches.size()) +
+                       ": give one weight array per microbatch",
+                   weights.value_offset());
+  }
+
+  microbatch_stats read_weighted_tokens(json_reader& tokens, json_reader& weights) {
+    const std::uint64_t list_offset = weights.value_offset();
+    tokens.begin_array();
+    weights.begin_array();
+    microbatch_builder builder;
+    std::uint64_t position = 0;
+    for (;; ++position) {
+      const bool token = tokens.next_element();
+      const bool weight = weights.next_element();
+      if (token != weight)
+        weights.fail(error_code::schema_error,
+                     std::string("weights has ") + (token ? "fewer" : "more") +
+                         " entries than the targets beside it: give one per position (null beside padding)",
+                     token ? list_offset : weights.value_offset());
+      if (!token) break;
+      if (tokens.peek() == json_kind::null) {
+        tokens.null_value();
+        if (weights.peek() != json_kind::null)
+          weights.fail(error_code::schema_error,
+                       "position " + std::to_string(position) + " is padding (its target is null), so its weight must be null",
+                       weights.value_offset());
+        weights.null_value();
+        builder.add_padding();
+        continue;
+      }
+      const literal_parts target = read_literal(tokens, "a token value");
+      const std::uint64_t weight_offset = weights.value_offset();
+      if (weights.peek() == json_kind::null)
+        weights.fail(error_code::schema_error,
+                     "position " + std::to_string(position) +
+                         " holds a valid token, so its weight must be an exact non-negative number (null only beside padding)",
+                     weight_offset);
+      const literal_parts w = read_literal(weights, "a token weight");
+      if (w.negative && w.significand != 0)
+        weights.fail(error_code::bad_number,
+                     "a token weight must not be negative, found " + to_string(to_rational(w)), weight_offset);
+      builder.add_weighted_token(target, w);
+    }
+    microbatch_stats stats = builder.finish();
+    if (!stats.weighted) stats.weighted = weighted_sums{};  // no valid token: mass 0
+    return stats;
+  }
+
+  // Weights and the objective agree: weights on every rank exactly when the objective is weighted.
+  void check_weighting() {
+    const bool weighted = file_.update.objective == objective_kind::weighted_token_mean;
+    if (!weighted && first_weights_offset)
+      json_.fail(error_code::schema_error,
+                 "weights are given but the objective is token_mean: set \"objective\": \"weighted_token_mean\" "
+                 "(the token mean counts every valid token once)",
+                 *first_weights_offset);
+    if (weighted && first_unweighted_rank)
+      json_.fail(error_code::schema_error,
+                 "the objective is weighted_token_mean, so every rank gives \"weights\" beside its targets",
+                 *first_unweighted_rank);
+    if (!weighted && file_.normalization)
+      for (count_variable v : {count_variable::M, count_variable::m_r, count_variable::m_m})
+        if (file_.normalization->scale.uses(v))
+          json_.fail(error_code::recipe_error,
+                     "the recipe uses " + std::string(variable_name(v)) +
+                         ", a weight mass, but the objective is token_mean (set \"objective\": \"weighted_token_mean\" and give weights)",
+                     recipe_offset);
+  }
+
+  void read_objective() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("objective", "\"token_mean\" or \"weighted_token_mean\"");
+    std::string_view value = json_.string_value();
+    if (value == "token_mean") file_.update.objective = objective_kind::token_mean;
+    else if (value == "weighted_token_mean") file_.update.objective = objective_kind::weighted_token_mean;
+    else
+      json_.fail(error_code::schema_error,
+                 "unknown objective \"" + std::string(value) + "\": expected \"token_mean\" or \"weighted_token_mean\"",
+                 offset);
   }
 
   // The hot loop: each literal is read straight from the input into machine integers and summed
@@ -453,6 +616,9 @@ private:
   json_reader json_;
   partition_file file_;
   bool recipe_reducer_given = false;
+  std::uint64_t recipe_offset = 0;
+  std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
+  std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"
 };
 
 }  // namespace

@@ -213,10 +213,10 @@ count_values counts_at(const partition& update, std::size_t r, std::size_t m) {
   values[index_of(count_variable::n_r)] = rank.valid_tokens();
   values[index_of(count_variable::n_m)] = rank.microbatches[m].valid_tokens;
   values[index_of(count_variable::G)] = rank.microbatches.size();
-  // Unweighted tokens weigh 1: masses equal counts.
-  values[index_of(count_variable::M)] = values[index_of(count_variable::N)];
-  values[index_of(count_variable::m_r)] = values[index_of(count_variable::n_r)];
-  values[index_of(count_variable::m_m)] = values[index_of(count_variable::n_m)];
+  // Masses are weight sums; without weights every token weighs 1 and they equal the counts.
+  values[index_of(count_variable::M)] = update.mass();
+  values[index_of(count_variable::m_r)] = rank.mass();
+  values[index_of(count_variable::m_m)] = rank.microbatches[m].mass();
   return values;
 }
 

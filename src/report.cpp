@@ -137,8 +137,11 @@ void print_text(std::ostream& out, const file_report& report) {
   const partition& update = document.update;
   out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
   if (!document.description.empty()) out << "      " << document.description << "\n";
+  const bool weighted = update.objective == objective_kind::weighted_token_mean;
   out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer) << ", θ = "
-      << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens() << "\n";
+      << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
+  if (weighted) out << ", objective weighted_token_mean, M = " << shorten(to_string(update.mass()));
+  out << "\n";
   constexpr std::size_t shown_ranks = 16;
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {
     if (r == shown_ranks && update.ranks.size() > shown_ranks + 1) {
@@ -148,13 +151,14 @@ void print_text(std::ostream& out, const file_report& report) {
     const rank_stats& rank = update.ranks[r];
     out << "      rank " << r << ": n = " << rank.valid_tokens();
     if (rank.padding() > 0) out << " (+" << rank.padding() << " padding)";
+    if (weighted) out << ", m = " << shorten(to_string(rank.mass()));
     if (rank.microbatches.size() > 1) out << " in " << rank.microbatches.size() << " microbatches";
     out << ", S = " << shorten(to_string(loss_gradient_sum(rank, update.theta))) << "\n";
   }
   for (std::size_t i = 0; i < all_strategies.size(); ++i) {
     const strategy s = all_strategies[i];
     const std::optional<rational>& value = report.gradients[i];
-    out << "      " << padded(strategy_name(s), 16) << padded(strategy_formula(s), 19) << "= "
+    out << "      " << padded(strategy_name(s), 16) << padded(strategy_formula(s, update.objective), 19) << "= "
         << padded(exact_for_screen(value), 14) << " ";
     if (value) out << padded("≈ " + approximate(*value), 16);
     else out << padded("", 16);
@@ -198,17 +202,22 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
     if (report.document) {
       const partition& update = report.document->update;
       out << ", \"world_size\": " << update.world_size() << ", \"reducer\": " << json_quote(reducer_name(update.reducer))
-          << ", \"theta\": " << json_quote(to_string(update.theta)) << ", \"valid_tokens\": " << update.valid_tokens()
-          << ", \"ranks\": [";
+          << ", \"theta\": " << json_quote(to_string(update.theta)) << ", \"objective\": "
+          << json_quote(objective_name(update.objective)) << ", \"valid_tokens\": " << update.valid_tokens()
+          << ", \"mass\": " << json_quote(to_string(update.mass())) << ", \"ranks\": [";
       for (std::size_t r = 0; r < update.ranks.size(); ++r) {
         const rank_stats& rank = update.ranks[r];
         out << (r ? ", " : "") << "{\"valid_tokens\": " << rank.valid_tokens() << ", \"padding\": " << rank.padding()
-            << ", \"microbatches\": " << rank.microbatches.size()
+            << ", \"mass\": " << json_quote(to_string(rank.mass())) << ", \"microbatches\": " << rank.microbatches.size()
             << ", \"loss_gradient_sum\": " << json_quote(to_string(loss_gradient_sum(rank, update.theta))) << "}";
       }
       out << "], \"gradients\": {";
       for (std::size_t g = 0; g < all_strategies.size(); ++g)
         out << (g ? ", " : "") << json_quote(strategy_name(all_strategies[g])) << ": " << json_value(report.gradients[g]);
+      out << "}, \"denominators\": {";
+      for (std::size_t g = 0; g < all_strategies.size(); ++g)
+        out << (g ? ", " : "") << json_quote(strategy_name(all_strategies[g])) << ": "
+            << json_quote(strategy_denominator(all_strategies[g], update.objective));
       out << "}, \"equals_objective\": {";
       for (std::size_t g = 0; g < all_strategies.size(); ++g)
         out << (g ? ", " : "") << json_quote(strategy_name(all_strategies[g])) << ": "

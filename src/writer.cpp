@@ -34,11 +34,17 @@ std::string token_list(const std::vector<token>& tokens) {
   return out + "]";
 }
 
-std::string rank_object(const std::vector<std::vector<token>>& microbatches) {
-  if (microbatches.size() == 1) return "{\"targets\": " + token_list(microbatches.front()) + "}";
-  std::string out = "{\"microbatches\": [";
-  for (std::size_t m = 0; m < microbatches.size(); ++m) out += (m ? ", " : "") + token_list(microbatches[m]);
-  return out + "]}";
+std::string rank_object(const std::vector<std::vector<token>>& microbatches,
+                        const std::vector<std::vector<token>>* weights) {
+  if (microbatches.size() == 1)
+    return "{\"targets\": " + token_list(microbatches.front()) +
+           (weights ? ", \"weights\": " + token_list(weights->front()) : std::string()) + "}";
+  auto lists = [](const std::vector<std::vector<token>>& values) {
+    std::string out = "[";
+    for (std::size_t m = 0; m < values.size(); ++m) out += (m ? ", " : "") + token_list(values[m]);
+    return out + "]";
+  };
+  return "{\"microbatches\": " + lists(microbatches) + (weights ? ", \"weights\": " + lists(*weights) : std::string()) + "}";
 }
 
 std::string expect_object(const std::vector<expectation>& expect) {
@@ -57,6 +63,7 @@ std::string expect_object(const std::vector<expectation>& expect) {
 }  // namespace
 
 partition to_partition(const token_partition& tokens) {
+  if (!tokens.weights.empty()) return make_weighted_partition(tokens.ranks, tokens.weights, tokens.theta, tokens.reducer);
   return make_accumulated_partition(tokens.ranks, tokens.theta, tokens.reducer);
 }
 
@@ -75,9 +82,15 @@ std::string write_document(const token_partition& tokens, const document_options
   if (!options.description.empty()) out += "  \"description\": " + json_quote(options.description) + ",\n";
   // expect_error precedes the ranks: a reader finds it among the members before any syntax error.
   if (options.expect_error) out += "  \"expect_error\": " + json_quote(code_name(*options.expect_error)) + ",\n";
+  const bool weighted = !tokens.weights.empty();
+  if (weighted) {
+    (void)to_partition(tokens);  // refuses weights that do not fit the tokens
+    out += "  \"objective\": \"weighted_token_mean\",\n";
+  }
   out += "  \"ranks\": [\n";
   for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
-    out += "    " + rank_object(tokens.ranks[r]) + (r + 1 < tokens.ranks.size() ? ",\n" : "\n");
+    out += "    " + rank_object(tokens.ranks[r], weighted ? &tokens.weights[r] : nullptr) +
+           (r + 1 < tokens.ranks.size() ? ",\n" : "\n");
   out += "  ],\n";
   if (options.declare_world_size) out += "  \"world_size\": " + std::to_string(tokens.ranks.size()) + ",\n";
   out += "  \"reducer\": " + json_quote(reducer_name(tokens.reducer)) + ",\n";

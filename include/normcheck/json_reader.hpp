@@ -37,6 +37,10 @@ public:
   /// Reads `text`, naming it `source` in errors. A leading UTF-8 byte-order mark is skipped.
   json_reader(std::string_view text, std::string source, const reader_limits& limits = {});
 
+  /// A second reader over the same text, at `offset` with no bracket open: it re-reads a value this reader
+  /// has already read (and so validated), e.g. to pair two arrays element by element.
+  json_reader at(std::uint64_t offset) const;
+
   /// The kind of the next value; parse_error if there is none.
   json_kind peek();
   /// Byte offset where the next value starts (after whitespace).

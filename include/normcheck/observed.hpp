@@ -36,6 +36,8 @@ struct observed_result {
   dtype type = dtype::exact;
   std::optional<std::uint64_t> global_tokens;  ///< `tokens.global`: the N the code divided by
   std::vector<std::uint64_t> rank_tokens;      ///< `tokens.per_rank`: each rank's nᵣ as the code counted it
+  std::optional<rational> global_mass;         ///< `mass.global`: the M the code divided by (weighted objective)
+  std::vector<rational> rank_masses;           ///< `mass.per_rank`: each rank's mᵣ as the code summed it
   std::optional<tolerance> explicit_tolerance;
 };
 

@@ -23,12 +23,37 @@ enum class reducer_kind {
 /// "mean" or "sum".
 std::string_view reducer_name(reducer_kind reducer) noexcept;
 
+/// What one update's optimizer step minimizes.
+enum class objective_kind {
+  token_mean,           ///< L = Σℓᵢ / N: every valid token counts once
+  weighted_token_mean,  ///< L = Σwᵢℓᵢ / M with M = Σwᵢ: tokens carry exact non-negative weights
+};
+
+/// "token_mean" or "weighted_token_mean".
+std::string_view objective_name(objective_kind objective) noexcept;
+
+/// The weighted sums of one microbatch's valid tokens.
+struct weighted_sums {
+  rational mass;             ///< Σ w
+  rational target_sum;       ///< Σ w·y
+  rational target_abs_sum;   ///< Σ w·|y|
+};
+
 /// One microbatch: how many valid tokens it holds, how many padded positions, and its target sums.
 struct microbatch_stats {
   std::uint64_t valid_tokens = 0;
   std::uint64_t padding = 0;
   rational target_sum;      ///< Σ y over valid tokens
   rational target_abs_sum;  ///< Σ |y| over valid tokens (for error bounds)
+  /// Set when the tokens carry weights (the weighted objective); without weights every token weighs 1.
+  std::optional<weighted_sums> weighted;
+
+  /// mₘ: the weight mass, Σw; the valid-token count nₘ when the tokens carry no weights.
+  rational mass() const;
+  /// Σ w·y (Σ y without weights).
+  const rational& weighted_target_sum() const { return weighted ? weighted->target_sum : target_sum; }
+  /// Σ w·|y| (Σ |y| without weights).
+  const rational& weighted_target_abs_sum() const { return weighted ? weighted->target_abs_sum : target_abs_sum; }
 };
 
 /// One rank's share of the update, microbatches in order (at least one).
@@ -41,21 +66,28 @@ struct rank_stats {
   std::uint64_t padding() const;
   /// Σ y over the rank's valid tokens.
   rational target_sum() const;
+  /// mᵣ: the weight mass over all microbatches (nᵣ without weights).
+  rational mass() const;
 };
 
-/// The update: ranks in rank order, the reducer, and the parameter value θ.
+/// The update: ranks in rank order, the reducer, the parameter value θ and the objective. Under the
+/// weighted objective every microbatch carries `weighted` sums; under the token mean none does.
 struct partition {
   std::vector<rank_stats> ranks;
   reducer_kind reducer = reducer_kind::mean;
   rational theta;
+  objective_kind objective = objective_kind::token_mean;
 
   /// W: the ranks in the reduction.
   std::uint64_t world_size() const { return ranks.size(); }
   /// N: valid tokens of the whole update.
   std::uint64_t valid_tokens() const;
+  /// M: the weight mass of the whole update (N without weights).
+  rational mass() const;
 };
 
-/// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy.
+/// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy,
+/// and with weights Σw·(θ−y) = m·θ − Σw·y.
 rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta);
 /// Sᵣ: a rank's derivative sum over all its microbatches.
 rational loss_gradient_sum(const rank_stats& rank, const rational& theta);
@@ -74,6 +106,11 @@ public:
   }
   /// Adds a valid token given as a rational.
   void add_token(const rational& target);
+  /// Adds a valid token and its weight (w ≥ 0, checked by the caller). Once one token is weighted, every
+  /// valid token of the microbatch must be: `finish` then reports the weighted sums.
+  void add_weighted_token(const literal_parts& target, const literal_parts& weight);
+  /// The same for values given as rationals.
+  void add_weighted_token(const rational& target, const rational& weight);
   /// Adds a position that holds no valid token.
   void add_padding() { ++padding_; }
   /// The microbatch's statistics.
@@ -84,6 +121,11 @@ private:
   std::uint64_t padding_ = 0;
   exact_sum positive_;  // Σ of the non-negative targets
   exact_sum negative_;  // Σ of |y| over the negative targets
+  bool weighted_ = false;
+  std::uint64_t weighted_tokens_ = 0;
+  exact_sum mass_;               // Σ w
+  exact_sum weighted_positive_;  // Σ w·y over the non-negative targets
+  exact_sum weighted_negative_;  // Σ w·|y| over the negative targets
 };
 
 /// A token value, or nullopt for padding.
@@ -99,5 +141,12 @@ partition make_partition(const std::vector<std::vector<token>>& ranks, const rat
 /// A partition from explicit microbatches per rank.
 partition make_accumulated_partition(const std::vector<std::vector<std::vector<token>>>& ranks, const rational& theta = 0,
                          reducer_kind reducer = reducer_kind::mean);
+
+/// Tokens with weights, both shaped ranks → microbatches → positions: the weighted objective. A weight
+/// stands beside each valid token (nullopt beside padding). Throws `error(schema_error)` when the shapes
+/// differ and `error(bad_number)` for a negative weight.
+partition make_weighted_partition(const std::vector<std::vector<std::vector<token>>>& ranks,
+                                  const std::vector<std::vector<std::vector<token>>>& weights,
+                                  const rational& theta = 0, reducer_kind reducer = reducer_kind::mean);
 
 }  // namespace normcheck

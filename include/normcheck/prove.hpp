@@ -6,18 +6,18 @@
 /// make it anything), so a recipe equals the objective on every partition exactly when
 /// c/d = 1/N at every non-empty microbatch (d = W under the mean reducer, 1 under sum), and its scale
 /// never divides by zero. The identity only sees the counts (W, N, nᵣ, nₘ, G) of the microbatch.
+/// Under the weighted token mean the same holds with the masses: c/d = 1/M at every microbatch of
+/// positive mass mₘ, where (M, mᵣ, mₘ) are any non-negative weight sums consistent with the counts.
 
 #include "normcheck/recipe.hpp"
 #include "normcheck/writer.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 namespace normcheck {
-
-/// The objective a recipe is proved against.
-enum class objective_kind { token_mean, weighted_token_mean };
 
 /// The counts one microbatch sees.
 struct count_configuration {
@@ -26,9 +26,12 @@ struct count_configuration {
   std::uint64_t rank_tokens = 1;       ///< nᵣ
   std::uint64_t microbatch_tokens = 1; ///< nₘ
   std::uint64_t microbatches = 1;      ///< G
+  /// The weight masses (M, mᵣ, mₘ) under the weighted objective; unset under the token mean, where
+  /// they are the counts. A mass is 0 wherever its count is.
+  std::optional<std::array<rational, 3>> masses;
 };
 
-/// "W = 2, N = 3, n_r = 1, n_m = 1, G = 1".
+/// "W = 2, N = 3, n_r = 1, n_m = 1, G = 1" (and ", M = …, m_r = …, m_m = …" with masses).
 std::string describe(const count_configuration& where);
 
 /// How the question was settled.
@@ -61,9 +64,10 @@ struct proof_result {
   std::optional<recipe_counterexample> division_risk;   ///< for wrong: also where the scale divides by zero, if found
 };
 
-/// Decides the recipe for `objective`: exhaustively over every shape with W ≤ 4, G ≤ 3 and counts ≤ 3,
-/// by random larger scopes, and for all counts by exact evaluation on a grid large enough for the
-/// expression's degree. Throws `error(recipe_error)` for a weighted variable under the token mean.
+/// Decides the recipe for `objective`: exhaustively over every shape with W ≤ 4, G ≤ 3 and counts ≤ 3
+/// (weighted: with the token weights of each group drawn from {0, 1/2, 1, 2}), by random larger scopes,
+/// and for all counts and masses by exact evaluation on a grid large enough for the expression's
+/// degree. Throws `error(recipe_error)` for a weighted variable under the token mean.
 proof_result prove_recipe(const recipe& r, objective_kind objective = objective_kind::token_mean);
 
 }  // namespace normcheck

@@ -18,6 +18,9 @@ struct token_partition {
   std::vector<std::vector<std::vector<token>>> ranks;
   rational theta;
   reducer_kind reducer = reducer_kind::mean;
+  /// Token weights shaped like `ranks` (nullopt beside padding); when given, the objective is the
+  /// weighted token mean. Empty: the token mean.
+  std::vector<std::vector<std::vector<token>>> weights;
 };
 
 /// The partition the tokens describe.
@@ -35,7 +38,7 @@ struct document_options {
 
 /// A complete normcheck/1 document (JSON text, canonical exact values: integers as JSON numbers, other
 /// rationals as "p/q" strings), readable by read_partition. Ranks with one microbatch are written with
-/// "targets", others with "microbatches". Throws `error(schema_error)` for what no document can say (no
+/// "targets", others with "microbatches"; weights, when given, beside them with the weighted objective. Throws `error(schema_error)` for what no document can say (no
 /// rank, a rank without a microbatch, a gradient expected twice, an `expect_error` a document cannot
 /// produce) and `error(number_out_of_range)` for a value longer than the reader's default digit limit.
 std::string write_document(const token_partition& tokens, const document_options& options = {});
