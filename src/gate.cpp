@@ -10,6 +10,7 @@ namespace {
 // the target's conversion to the dtype and θ − y (2), the microbatch sum (n − 1 additions), the
 // scale (up to two operations, as in W/(N·G)) and its multiplication (3), accumulation over G
 // microbatches (G − 1 additions), the all-reduce (W − 1 additions) and the reducer's division (1).
+// Weighted tokens add the weight's conversion and the product w·(θ − y) (2 more).
 std::uint64_t rounding_depth(const partition& update) {
   std::uint64_t longest_microbatch = 0;
   std::uint64_t most_microbatches = 0;
@@ -18,7 +19,8 @@ std::uint64_t rounding_depth(const partition& update) {
     for (const microbatch_stats& m : rank.microbatches)
       longest_microbatch = std::max(longest_microbatch, m.valid_tokens);
   }
-  return longest_microbatch + most_microbatches + update.world_size() + 3;
+  const std::uint64_t weighting = update.objective == objective_kind::weighted_token_mean ? 2 : 0;
+  return longest_microbatch + most_microbatches + update.world_size() + 3 + weighting;
 }
 
 // γ_K = K·u / (1 − K·u), the classic bound on K rounding factors (1 + δ) with |δ| ≤ u.
@@ -29,36 +31,39 @@ std::optional<rational> gamma(std::uint64_t k, dtype type) {
   return g;
 }
 
-// An upper bound on Σ|θ − y| over a microbatch's valid tokens: n·|θ| + Σ|y|.
+// An upper bound on Σw·|θ − y| over a microbatch's valid tokens: m·|θ| + Σw·|y| (w = 1 without weights).
 rational magnitude(const microbatch_stats& m, const rational& theta) {
-  rational total = abs(theta) * m.valid_tokens;
-  total += m.target_abs_sum;
+  rational total = abs(theta) * m.mass();
+  total += m.weighted_target_abs_sum();
   return total;
 }
 
 // The factor a strategy multiplies microbatch m of `rank` by before backward; nullopt where undefined.
 std::optional<rational> scale_of(const partition& update, strategy s, const rank_stats& rank,
                                  const microbatch_stats& m) {
-  const rational valid_tokens{update.valid_tokens()};
+  // Masses: the counts under the token mean, weight sums under the weighted one.
+  const rational mass = update.mass();
   switch (s) {
     case strategy::global_mean:
     case strategy::global_share: {
-      rational c = 1 / valid_tokens;
+      rational c = 1 / mass;
       return c;
     }
     case strategy::scaled_sum: {
-      rational c = rational(update.world_size()) / valid_tokens;
+      rational c = rational(update.world_size()) / mass;
       return c;
     }
     case strategy::local_sum: return rational(1);
     case strategy::local_mean: {
-      if (rank.valid_tokens() == 0) return std::nullopt;
-      rational c = 1 / rational(rank.valid_tokens());
+      const rational rank_mass = rank.mass();
+      if (rank_mass == 0) return std::nullopt;
+      rational c = 1 / rank_mass;
       return c;
     }
     case strategy::microbatch_mean: {
-      if (m.valid_tokens == 0) return std::nullopt;
-      rational c = 1 / (rational(m.valid_tokens) * rank.microbatches.size());
+      const rational microbatch_mass = m.mass();
+      if (microbatch_mass == 0) return std::nullopt;
+      rational c = 1 / (microbatch_mass * rank.microbatches.size());
       return c;
     }
   }
@@ -72,7 +77,7 @@ std::optional<rational> strategy_bound(const partition& update, strategy s, dtyp
   rational total;
   for (const rank_stats& rank : update.ranks) {
     for (const microbatch_stats& m : rank.microbatches) {
-      if (m.valid_tokens == 0) continue;
+      if (m.mass() == 0) continue;
       const std::optional<rational> c = scale_of(update, s, rank, m);
       if (!c) return std::nullopt;
       total += abs(*c) * magnitude(m, update.theta);
@@ -88,16 +93,28 @@ struct mistake_text {
   std::string why_wrong;
 };
 
-std::string correct_instead(reducer_kind reducer) {
+std::string correct_instead(reducer_kind reducer, objective_kind objective) {
+  const bool weighted = objective == objective_kind::weighted_token_mean;
+  const std::string n = weighted ? "M" : "N";
+  const std::string what = weighted ? n + " the weight mass of the whole update (Σw over all ranks and microbatches, Sᵣ "
+                                          "the weighted loss sum Σwℓ)"
+                                    : n + " the valid tokens of the whole update (all ranks, all microbatches)";
   return reducer == reducer_kind::mean
-             ? "backpropagate W·Sᵣ/N on every rank, with N the valid tokens of the whole update (all ranks, all "
-               "microbatches), so that the reducer's division by W is compensated"
-             : "backpropagate Sᵣ/N on every rank, with N the valid tokens of the whole update: this reducer sums "
-               "without dividing, so no world-size factor belongs in the loss";
+             ? "backpropagate W·Sᵣ/" + n + " on every rank, with " + what +
+                   ", so that the reducer's division by W is compensated"
+             : "backpropagate Sᵣ/" + n + " on every rank, with " + what +
+                   ": this reducer sums without dividing, so no world-size factor belongs in the loss";
 }
 
-mistake_text describe_strategy(strategy s, reducer_kind reducer) {
+mistake_text describe_strategy(strategy s, reducer_kind reducer, objective_kind objective) {
   const bool mean = reducer == reducer_kind::mean;
+  if (objective == objective_kind::weighted_token_mean && s != strategy::global_mean) {
+    // The same mistakes with masses in place of counts.
+    mistake_text text = describe_strategy(s, reducer, objective_kind::token_mean);
+    text.computed = "each rank backpropagated " + std::string(strategy_formula(s, objective)) +
+                    " (Sᵣ the weighted loss sum, M, mᵣ, mᵣₘ weight masses)";
+    return text;
+  }
   switch (s) {
     case strategy::local_mean:
       return {"each rank backpropagated its local mean Sᵣ/nᵣ",
@@ -135,7 +152,10 @@ struct factor_mistake {
 
 std::vector<factor_mistake> factor_mistakes(const partition& update) {
   const rational world_size{update.world_size()};
-  const rational valid_tokens{update.valid_tokens()};
+  // The objective's denominator: N, or the weight mass M under the weighted objective.
+  const bool weighted = update.objective == objective_kind::weighted_token_mean;
+  const rational total_mass = update.mass();
+  const std::string n = weighted ? "M" : "N";
   std::vector<factor_mistake> factors;
   factors.push_back({"objective×W", world_size, "the objective's gradient multiplied by W",
                      "a world-size factor applied where the reducer does not divide by W (a summing reducer or "
@@ -153,11 +173,16 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
     factors.push_back({"objective/G", 1 / rational(g), "the objective's gradient divided by G, the accumulation steps",
                        "the loss was divided by G on top of the update-unit N: accumulation divided twice"});
   }
-  factors.push_back({"objective×N", valid_tokens, "the objective's gradient multiplied by N",
-                     "the loss sum was used where the mean was meant, or the count was multiplied instead of "
-                     "divided"});
-  factors.push_back({"objective/N", 1 / valid_tokens, "the objective's gradient divided by N",
-                     "the token count was divided out twice"});
+  factors.push_back({"objective×" + n, total_mass, "the objective's gradient multiplied by " + n,
+                     "the loss sum was used where the mean was meant, or the " + std::string(weighted ? "mass" : "count") +
+                         " was multiplied instead of divided"});
+  factors.push_back({"objective/" + n, 1 / total_mass, "the objective's gradient divided by " + n,
+                     std::string(weighted ? "the weight mass" : "the token count") + " was divided out twice"});
+  if (weighted)
+    factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()),
+                       "the weighted loss sum divided by the valid-token count N instead of the weight mass M",
+                       "the objective weighs tokens, so its denominator is Σw = M; dividing by N scales the gradient "
+                       "by M/N"});
   std::erase_if(factors, [](const factor_mistake& f) { return f.factor == 1; });
   return factors;
 }
@@ -203,11 +228,31 @@ gate_check check_replicas(const observed_result& observed, std::uint64_t world_s
 
 gate_check check_denominators(const partition& update, const observed_result& observed) {
   gate_check check{"denominator", true, ""};
-  if (!observed.global_tokens && observed.rank_tokens.empty()) {
+  const bool masses = observed.global_mass || !observed.rank_masses.empty();
+  if (!observed.global_tokens && observed.rank_tokens.empty() && !masses) {
     check.detail = "no token counts reported: denominators not checked";
     return check;
   }
   std::vector<std::string> problems;
+  if (observed.global_mass && *observed.global_mass != update.mass()) {
+    std::string problem = "the global mass is " + to_string(*observed.global_mass) + " but the update's weights sum to M = " +
+                          to_string(update.mass());
+    if (*observed.global_mass == rational(update.valid_tokens()))
+      problem += ": it is the valid-token count N, not the sum of the weights";
+    else
+      for (std::size_t r = 0; r < update.ranks.size(); ++r)
+        if (update.world_size() > 1 && update.ranks[r].mass() == *observed.global_mass) {
+          problem += ": it is rank " + std::to_string(r) + "'s local mass, not the mass of all ranks (all-reduce it before dividing)";
+          break;
+        }
+    problems.push_back(problem);
+  }
+  for (std::size_t r = 0; r < observed.rank_masses.size(); ++r) {
+    const rational mass = update.ranks[r].mass();
+    if (observed.rank_masses[r] == mass) continue;
+    problems.push_back("rank " + std::to_string(r) + " summed its weights to " + to_string(observed.rank_masses[r]) +
+                       " but they sum to " + to_string(mass));
+  }
   const std::uint64_t valid_tokens = update.valid_tokens();
   if (observed.global_tokens && *observed.global_tokens != valid_tokens) {
     const std::uint64_t reported = *observed.global_tokens;
@@ -241,7 +286,8 @@ gate_check check_denominators(const partition& update, const observed_result& ob
     problems.push_back(problem);
   }
   if (problems.empty()) {
-    check.detail = "the reported token counts match the file";
+    check.detail = masses ? "the reported token counts and weight masses match the file"
+                          : "the reported token counts match the file";
     return check;
   }
   check.passed = false;
@@ -267,7 +313,7 @@ std::optional<rational> objective_bound(const partition& update, dtype type) {
 std::vector<explanation> known_mistakes(const partition& update, dtype type) {
   std::vector<explanation> candidates;
   const strategy correct = update.reducer == reducer_kind::mean ? strategy::scaled_sum : strategy::global_share;
-  const std::string instead = correct_instead(update.reducer);
+  const std::string instead = correct_instead(update.reducer, update.objective);
   // With one microbatch per rank, averaging microbatch means is the same computation as local_mean.
   const bool accumulates = std::any_of(update.ranks.begin(), update.ranks.end(),
                                        [](const rank_stats& r) { return r.microbatches.size() > 1; });
@@ -276,7 +322,7 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type) {
     if (s == strategy::microbatch_mean && !accumulates) continue;
     const std::optional<rational> value = gradient(update, s);
     if (!value) continue;
-    mistake_text text = describe_strategy(s, update.reducer);
+    mistake_text text = describe_strategy(s, update.reducer, update.objective);
     candidates.push_back({std::string(strategy_name(s)), *value, strategy_bound(update, s, type),
                           std::move(text.computed), std::move(text.why_wrong), instead});
   }
