@@ -57,7 +57,8 @@ outcome run_prove(const prove_options& options) {
     std::cout << "  the scale divides by " << example.zero_divisor << ", which is 0 there\n";
   } else {
     std::cout << "  the scale there is c = " << shown(example.scale) << ", but the objective needs c/"
-              << (r.reducer == reducer_kind::mean ? "W" : "1") << " = 1/N\n";
+              << (r.reducer == reducer_kind::mean ? "W" : "1") << " = 1/"
+              << (objective == objective_kind::weighted_token_mean ? "M" : "N") << "\n";
   }
   std::cout << "  on this partition the recipe's gradient is " << shown(example.recipe_gradient)
             << " and the objective's is " << shown(example.objective) << "\n";

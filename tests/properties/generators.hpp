@@ -392,4 +392,50 @@ inline rc::Gen<transformed> transform(const token_partition& tokens) {
   });
 }
 
+/// A token weight: an exact non-negative rational, 0 one time in five.
+inline rc::Gen<rational> gen_weight() {
+  return weighted<rational>({
+      {4, rc::gen::map(gen_rational(), [](const rational& value) { return rational(abs(value)); })},
+      {1, rc::gen::just(rational(0))},
+  });
+}
+
+/// `tokens` with a weight beside every valid token (nullopt beside padding), all from `weight`.
+inline rc::Gen<token_partition> with_weights(const token_partition& tokens, rc::Gen<rational> weight = gen_weight()) {
+  return rc::gen::exec([tokens, weight] {
+    token_partition out = tokens;
+    out.weights.clear();
+    for (const rank_tokens& rank : tokens.ranks) {
+      rank_tokens rank_weights;
+      for (const std::vector<token>& microbatch : rank) {
+        std::vector<token> w;
+        for (const token& t : microbatch) w.push_back(t ? token(*weight) : token());
+        rank_weights.push_back(std::move(w));
+      }
+      out.weights.push_back(std::move(rank_weights));
+    }
+    return out;
+  });
+}
+
+/// A weighted update whose weights sum to more than 0 (M > 0): an update with tokens, weighted, and when
+/// every weight came out 0 the first valid token's weight set to 1.
+inline rc::Gen<token_partition> gen_weighted_update(rc::Gen<reducer_kind> reducer = gen_reducer()) {
+  return rc::gen::mapcat(gen_update_with_tokens(reducer), [](const token_partition& tokens) {
+    return rc::gen::map(with_weights(tokens), [](token_partition weighted_tokens) {
+      rational mass;
+      token* first = nullptr;
+      for (rank_tokens& rank : weighted_tokens.weights)
+        for (std::vector<token>& microbatch : rank)
+          for (token& w : microbatch)
+            if (w) {
+              mass += *w;
+              if (!first) first = &w;
+            }
+      if (mass == 0) *first = rational(1);
+      return weighted_tokens;
+    });
+  });
+}
+
 }  // namespace normcheck::properties

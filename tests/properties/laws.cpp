@@ -522,4 +522,72 @@ std::string reproduce_params(const std::string& name, const rc::detail::FailureR
   return "RC_PARAMS=\"" + rc::detail::configToMinimalString(config) + "\"";
 }
 
+law weighted_compensation(const normalization& n) {
+  return [n] {
+    const token_partition update = *gen_weighted_update();
+    const strategy s = n.under(update.reducer);
+    const std::optional<rational> objective = oracle::weighted_mean(update);
+    claim c = claim_about("under the weighted objective and the " + std::string(reducer_name(update.reducer)) +
+                              " reducer " + name_of(s) + " equals Σw·(θ − y)/Σw",
+                          update);
+    expect_gradient(c, strategy::global_mean, objective);
+    expect_gradient(c, s, objective);
+    require_claims("weighted compensation for " + n.describe(), {c});
+  };
+}
+
+law unit_weights(const normalization& n) {
+  return [n] {
+    const token_partition plain = *gen_update_with_tokens();
+    const token_partition update = *with_weights(plain, rc::gen::just(rational(1)));
+    const strategy s = n.under(update.reducer);
+    const std::optional<rational> objective = oracle::token_mean(plain);
+    claim c = claim_about("with every weight 1, " + name_of(s) + " equals the token mean of θ − y", update);
+    expect_gradient(c, strategy::global_mean, objective);
+    expect_gradient(c, s, objective);
+    require_claims("unit weights for " + n.describe(), {c});
+  };
+}
+
+law weight_scaling(const normalization& n) {
+  return [n] {
+    const token_partition update = *gen_weighted_update();
+    rational k = abs(*gen_rational());
+    if (k == 0) k = 1;
+    token_partition scaled = update;
+    for (auto& rank : scaled.weights)
+      for (auto& microbatch : rank)
+        for (token& w : microbatch)
+          if (w) {
+            rational product = *w * k;
+            w = product;
+          }
+    const strategy s = n.under(update.reducer);
+    claim before = claim_about(name_of(s) + " on the weighted update", update);
+    expect_gradient(before, strategy::global_mean, oracle::weighted_mean(update));
+    claim after = claim_about("with every weight of claim 1 multiplied by " + to_string(k) + ", " + name_of(s) +
+                                  " is unchanged",
+                              scaled);
+    expect_gradient(after, s, library_gradient(update, s));
+    require_claims("weight scaling for " + n.describe(), {before, after});
+  };
+}
+
+law zero_mass_rejection(const rc::Gen<token_partition>& updates) {
+  return [updates] {
+    const token_partition update = *updates;
+    claim c = claim_about("every valid token weighs 0 (M = 0), so the weighted objective is undefined and every "
+                          "gradient is rejected",
+                          update);
+    c.expect_error = error_code::no_valid_tokens;
+    require_claims("zero-mass rejection", {c});
+  };
+}
+
+law zero_mass_rejection() {
+  return zero_mass_rejection(rc::gen::mapcat(gen_update_with_tokens(), [](const token_partition& tokens) {
+    return with_weights(tokens, rc::gen::just(rational(0)));
+  }));
+}
+
 }  // namespace normcheck::properties

@@ -116,6 +116,17 @@ law fixed_examples(const std::vector<claim>& examples);
 /// The nine reference checks as claims.
 std::vector<claim> reference_claims();
 
+/// Weighted law 1: under the weighted objective `n` equals Σw·(θ − y)/Σw, under either reducer.
+law weighted_compensation(const normalization& n = compensated());
+/// Weighted law 2: with every weight 1, `n` equals the (unweighted) token mean of θ − y.
+law unit_weights(const normalization& n = compensated());
+/// Weighted law 3: multiplying every weight by one k > 0 leaves `n` unchanged.
+law weight_scaling(const normalization& n = compensated());
+/// Weighted law 4: every update of `updates` (by default: tokens whose weights are all 0) is rejected
+/// with no_valid_tokens.
+law zero_mass_rejection(const rc::Gen<token_partition>& updates);
+law zero_mass_rejection();
+
 /// Runs a law like rc::check, quietly, and returns RapidCheck's result (for tests of the harness).
 /// A `reproduce` entry for `name` in RC_PARAMS replays that case.
 rc::detail::TestResult run_law(const std::string& name, const law& property);

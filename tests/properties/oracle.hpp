@@ -96,4 +96,24 @@ inline std::optional<rational> microbatch_mean(const token_partition& tokens) {
   return mean;
 }
 
+/// The weighted objective's gradient, straight from the tokens: Σw·(θ − y) / Σw over the valid tokens;
+/// nullopt when the weights sum to 0. Without weights, the token mean.
+inline std::optional<rational> weighted_mean(const token_partition& tokens) {
+  if (tokens.weights.empty()) return token_mean(tokens);
+  rational sum;
+  rational mass;
+  for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
+    for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m)
+      for (std::size_t i = 0; i < tokens.ranks[r][m].size(); ++i)
+        if (const token& t = tokens.ranks[r][m][i]) {
+          const rational& w = *tokens.weights[r][m][i];
+          rational term = w * (tokens.theta - *t);
+          sum += term;
+          mass += w;
+        }
+  if (mass == 0) return std::nullopt;
+  rational mean = sum / mass;
+  return mean;
+}
+
 }  // namespace normcheck::properties::oracle
