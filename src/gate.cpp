@@ -230,7 +230,7 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   gate_check check{"denominator", true, ""};
   const bool masses = observed.global_mass || !observed.rank_masses.empty();
   if (!observed.global_tokens && observed.rank_tokens.empty() && !masses) {
-    check.detail = "no token counts reported: denominators not checked";
+    check.detail = "no token counts or weight masses reported: denominators not checked";
     return check;
   }
   std::vector<std::string> problems;

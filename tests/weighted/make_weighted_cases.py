@@ -301,6 +301,32 @@ def main():
             expect={"global_mean": objective, "recipe": value}))
         objectives[name] = objective
 
+    # the gate under the weighted objective: exact dumps (dtype "exact", so the bound is 0) of the right
+    # gradient with the masses it divided by, of the weighted sum divided by the count N instead of M,
+    # and of a right gradient whose dumped global mass is the count N.
+    n_rec = sum(1 for r in rec for mb in r.microbatches for y in mb if y is not None)
+    mass_rec = sum(parse(w) for r in rec for ws in r.weights for w in ws if w is not None)
+    rank_masses = [sum(parse(w) for ws in r.weights for w in ws if w is not None) for r in rec]
+    assert mass_rec != n_rec
+    gates = [
+        ("gate_weighted_pass", "The scaled sum W*S_r/M dumped exactly with the masses it used: the gate passes.",
+         objective, {"global": exact(mass_rec), "per_rank": [exact(m) for m in rank_masses]},
+         {"verdict": "pass", "explanations": []}),
+        ("gate_count_denominator", "The weighted loss sum divided by the token count N instead of the mass M: "
+         "the gate fails and names count_denominator.",
+         objective * mass_rec / n_rec, None, {"verdict": "fail", "explanations": ["count_denominator"]}),
+        ("gate_mass_is_count", "The right gradient, but the dumped global mass is the token count N: the "
+         "denominator check fails.",
+         objective, {"global": n_rec}, {"verdict": "fail", "explanations": []}),
+    ]
+    for name, description, observed, mass, verdict in gates:
+        doc = document(description, rec, theta_r, "mean", expect={"global_mean": objective})
+        doc["observed"] = {"gradient": exact(observed), "dtype": "exact"}
+        if mass is not None:
+            doc["observed"]["mass"] = mass
+        doc["expect_gate"] = verdict
+        write(name, doc)
+
     # documents to reject.
     two = lambda w0, w1: [Rank([[1, 2]], [w0], flat=True), Rank([[3]], [w1], flat=True)]
     write("error_negative_weight", document(
