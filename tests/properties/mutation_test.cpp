@@ -102,3 +102,15 @@ TEST_CASE("the reference checks catch a wrong fact") {
   examples[1].expect.front().name = strategy::local_mean;
   require_replayed_as_failure(require_small_counterexample("reference checks with a wrong fact", fixed_examples(examples)));
 }
+
+TEST_CASE("the weighted laws catch every planted normalization and a mass left out") {
+  for (const normalization& n : planted_wrong_normalizations()) {
+    require_replayed_as_failure(require_small_counterexample("weighted compensation for " + n.name, weighted_compensation(n)));
+    require_replayed_as_failure(require_small_counterexample("unit weights for " + n.name, unit_weights(n)));
+  }
+  // Each rank backpropagates its weighted loss sum Sᵣ: scaling the weights scales the gradient.
+  const normalization mass_left_out{"mass left out", strategy::local_sum, strategy::local_sum};
+  require_replayed_as_failure(require_small_counterexample("weight scaling for mass left out", weight_scaling(mass_left_out)));
+  require_replayed_as_failure(
+      require_small_counterexample("zero-mass rejection of updates with mass", zero_mass_rejection(gen_weighted_update())));
+}
