@@ -110,6 +110,30 @@ void microbatch_builder::add_weighted_token(const literal_parts& target, const l
   (target.negative ? weighted_negative_ : weighted_positive_).add(term);
 }
 
+void microbatch_builder::add_weighted_token(const machine_literal& target, const machine_literal& weight) {
+  add_token(target);
+  weighted_ = true;
+  ++weighted_tokens_;
+  mass_.add(weight);
+  __extension__ typedef unsigned __int128 wide;
+  const wide significand = static_cast<wide>(target.significand) * weight.significand;
+  exact_sum& sum = target.negative ? weighted_negative_ : weighted_positive_;
+  // Exponents are bounded by the literal limits (far inside 32 bits), so their sums cannot overflow.
+  const std::int64_t exp2 = std::int64_t{target.exp2} + weight.exp2;
+  const std::int64_t exp5 = std::int64_t{target.exp5} + weight.exp5;
+  if ((significand >> 64) == 0 && exp2 == static_cast<std::int32_t>(exp2) && exp5 == static_cast<std::int32_t>(exp5)) {
+    machine_literal term;
+    term.significand = static_cast<std::uint64_t>(significand);
+    term.exp2 = static_cast<std::int32_t>(exp2);
+    term.exp5 = static_cast<std::int32_t>(exp5);
+    sum.add(term);
+    return;
+  }
+  literal_parts term = product(to_parts(target), to_parts(weight));
+  term.negative = false;
+  sum.add(term);
+}
+
 void microbatch_builder::add_weighted_token(const rational& target, const rational& weight) {
   add_token(target);
   weighted_ = true;

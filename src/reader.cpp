@@ -497,18 +497,29 @@ private:
         builder.add_padding();
         continue;
       }
-      const literal_parts target = read_literal(tokens, "a token value");
+      // Both values take the machine path when they can (see read_tokens), each the general one otherwise.
+      machine_literal fast_target;
+      machine_literal fast_weight;
+      const bool target_is_fast = tokens.machine_value(fast_target);
+      const literal_parts target = target_is_fast ? literal_parts{} : read_literal(tokens, "a token value");
       const std::uint64_t weight_offset = weights.value_offset();
       if (weights.peek() == json_kind::null)
         weights.fail(error_code::schema_error,
                      "position " + std::to_string(position) +
                          " holds a valid token, so its weight must be an exact non-negative number (null only beside padding)",
                      weight_offset);
-      const literal_parts w = read_literal(weights, "a token weight");
-      if (w.negative && w.significand != 0)
+      const bool weight_is_fast = weights.machine_value(fast_weight);
+      const literal_parts w = weight_is_fast ? literal_parts{} : read_literal(weights, "a token weight");
+      const bool negative = weight_is_fast ? fast_weight.negative && fast_weight.significand != 0
+                                           : w.negative && w.significand != 0;
+      if (negative)
         weights.fail(error_code::bad_number,
-                     "a token weight must not be negative, found " + to_string(to_rational(w)), weight_offset);
-      builder.add_weighted_token(target, w);
+                     "a token weight must not be negative, found " +
+                         to_string(to_rational(weight_is_fast ? to_parts(fast_weight) : w)),
+                     weight_offset);
+      if (target_is_fast && weight_is_fast) builder.add_weighted_token(fast_target, fast_weight);
+      else builder.add_weighted_token(target_is_fast ? to_parts(fast_target) : target,
+                                      weight_is_fast ? to_parts(fast_weight) : w);
     }
     microbatch_stats stats = builder.finish();
     if (!stats.weighted) stats.weighted = weighted_sums{};  // no valid token: mass 0

@@ -111,6 +111,9 @@ public:
   void add_weighted_token(const literal_parts& target, const literal_parts& weight);
   /// The same for values given as rationals.
   void add_weighted_token(const rational& target, const rational& weight);
+  /// The same for literals read by `scan_machine_literal`: when the product of the significands fits in 64
+  /// bits (short decimals) it is summed in machine integers, with no allocation.
+  void add_weighted_token(const machine_literal& target, const machine_literal& weight);
   /// Adds a position that holds no valid token.
   void add_padding() { ++padding_; }
   /// The microbatch's statistics.

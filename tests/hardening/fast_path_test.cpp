@@ -246,3 +246,48 @@ TEST_CASE("a literal the fast path declines is still read exactly in a document"
   expected += rational(integer(1), boost::multiprecision::pow(integer(10), 400));
   CHECK(file.update.ranks.at(0).microbatches.at(0).target_sum == expected);
 }
+
+TEST_CASE("weighted tokens read from a document sum their products exactly") {
+  CHECK(rc::check("Σw, Σw·y and Σw·|y| of a weighted microbatch equal the rational sums", [] {
+    const rc::Gen<std::string> literal = rc::gen::oneOf(rc::gen::exec(decimal_literal), rc::gen::exec(hexadecimal_literal));
+    const std::size_t count = *rc::gen::inRange<std::size_t>(0, 24);
+    rational mass;
+    rational weighted_sum;
+    rational weighted_abs;
+    std::string targets;
+    std::string weights;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::string target = *literal;
+      std::string weight = *literal;
+      if (weight.front() == '-') weight.erase(0, 1);  // weights are non-negative
+      const bool target_as_string = target.find_first_of("xX") != std::string::npos || *rc::gen::arbitrary<bool>();
+      const bool weight_as_string = weight.find_first_of("xX") != std::string::npos || *rc::gen::arbitrary<bool>();
+      const std::optional<literal_parts> y =
+          general(target, target_as_string ? literal_form::json_string : literal_form::json_number, number_limits{});
+      const std::optional<literal_parts> w =
+          general(weight, weight_as_string ? literal_form::json_string : literal_form::json_number, number_limits{});
+      if (!y || !w) continue;
+      const rational y_value = to_rational(*y);
+      const rational w_value = to_rational(*w);
+      mass += w_value;
+      rational term = w_value * y_value;
+      weighted_sum += term;
+      weighted_abs += abs(term);
+      const std::string separator = targets.empty() ? "" : ", ";
+      targets += separator + quoted_value(target, target_as_string);
+      weights += separator + quoted_value(weight, weight_as_string);
+      if (*rc::gen::inRange(0, 8) == 0) {
+        targets += ", null";
+        weights += ", null";
+      }
+    }
+    const std::string document = R"({"format": "normcheck/1", "objective": "weighted_token_mean", "ranks": [)"
+                                 R"({"microbatches": [[)" + targets + "], [1]], \"weights\": [[" + weights + "], [1]]}]}";
+    const partition_file file = read_partition(document, "generated");
+    const microbatch_stats& first = file.update.ranks.at(0).microbatches.at(0);
+    RC_ASSERT(first.weighted.has_value());
+    RC_ASSERT(first.weighted->mass == mass);
+    RC_ASSERT(first.weighted->target_sum == weighted_sum);
+    RC_ASSERT(first.weighted->target_abs_sum == weighted_abs);
+  }));
+}
