@@ -295,3 +295,51 @@ TEST_CASE("load_file rejects a file above the size limit with limit_exceeded") {
   limits.max_file_size = 100;
   CHECK(normcheck::load_file(file.path, limits).size() == 100);
 }
+
+TEST_CASE("weights are read beside their tokens under the weighted objective") {
+  const std::string text = document(R"("ranks": [{"targets": [1, null, "0x1p-1"], "weights": [0.5, null, "3/2"]}, )"
+                                    R"({"microbatches": [[2], []], "weights": [[2], []]}])",
+                                    R"("objective": "weighted_token_mean")");
+  const normcheck::partition_file file = normcheck::read_partition(text, "doc.json");
+  const normcheck::partition& update = file.update;
+  CHECK(update.objective == normcheck::objective_kind::weighted_token_mean);
+  CHECK(update.valid_tokens() == 3);
+  CHECK(update.mass() == normcheck::rational(4));
+  const normcheck::microbatch_stats& first = update.ranks[0].microbatches[0];
+  REQUIRE(first.weighted);
+  CHECK(first.weighted->mass == normcheck::rational(2));
+  CHECK(first.weighted->target_sum == normcheck::rational(5, 4));  // 1/2·1 + 3/2·1/2
+  CHECK(first.padding == 1);
+  CHECK(update.ranks[1].microbatches[1].weighted.has_value());  // an empty microbatch has mass 0
+  CHECK(update.ranks[1].mass() == normcheck::rational(2));
+}
+
+TEST_CASE("weights and the objective must agree, each rejection at its place") {
+  constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, 2]}])")) == "schema_error at 3:44");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1], "weights": [1]}, {"targets": [2]}])", weighted)) ==
+        "schema_error at 3:47");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1]}])", R"("objective": "weighted")")) == "schema_error at 4:16");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1]}])", R"("recipe": {"scale": "W / M"})")) == "recipe_error at 4:13");
+}
+
+TEST_CASE("a weight is an exact non-negative number beside each valid token, null beside padding") {
+  constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, -0.5]}])", weighted)) == "bad_number at 3:48");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, "-1/2"]}])", weighted)) == "bad_number at 3:48");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, -0]}])", weighted)) == "accepted");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, null], "weights": [1, 1]}])", weighted)) == "schema_error at 3:51");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, null]}])", weighted)) == "schema_error at 3:48");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1], "weights": [1, 2]}])", weighted)) == "schema_error at 3:45");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1]}])", weighted)) == "schema_error at 3:44");
+  CHECK(rejection(document(R"("ranks": [{"microbatches": [[1], [2]], "weights": [[1]]}])", weighted)) ==
+        "schema_error at 3:53");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [true, 1]}])", weighted)) == "schema_error at 3:45");
+}
+
+TEST_CASE("weights that sum to zero leave no objective") {
+  constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [0, 0]}])", weighted)) == "no_valid_tokens at 3:12");
+  CHECK(message_of(document(R"("ranks": [{"targets": [1, 2], "weights": [0, 0]}])", weighted)).find("M = 0") !=
+        std::string::npos);
+}
