@@ -155,7 +155,10 @@ def plan(world_size, dtype, variant_names, sources, normcheck, folders):
         for name in names:
             ranks, theta, _ = found[name]
             path = os.path.join(folders["dumps"], f"w{world_size}-{dtype}-{name}-{variant}.json")
-            jobs.append({"variant": variant, "partition": name, "ranks": ranks, "theta": theta, "path": path})
+            weights = ([variants.weights_for(rank, start=r) for r, rank in enumerate(ranks)]
+                       if variant in variants.WEIGHTED else None)
+            jobs.append({"variant": variant, "partition": name, "ranks": ranks, "theta": theta, "path": path,
+                         "weights": weights})
     return jobs
 
 
@@ -188,14 +191,16 @@ def worker(rank, world_size, port, dtype_name, jobs, settings, driver_pid):
                                 timeout=datetime.timedelta(seconds=settings["collective_timeout"]))
         side_group = dist.new_group(backend="gloo") if any(j["variant"] == "hang" for j in jobs) else None
         for job in jobs:
+            weights = None if job["weights"] is None else job["weights"][rank]
             batch, gradient, theta, outcome = variants.one_update(
-                job["variant"], job["ranks"][rank], job["theta"], dtype, world_size, side_group)
+                job["variant"], job["ranks"][rank], job["theta"], dtype, world_size, side_group, weights=weights)
             description = (f"PyTorch {torch.__version__} DistributedDataParallel on gloo, W = {world_size}, "
                            f"{dtype_name}, partition {job['partition']}: {variants.DESCRIPTIONS[job['variant']]}")
             normcheck_dump.dump_update(
                 job["path"], microbatches=batch, gradient=gradient, theta=theta, dtype=dtype_name,
                 reducer=outcome["reducer"], counted_tokens=outcome["counted_tokens"],
-                global_tokens=outcome["global_tokens"], description=description,
+                global_tokens=outcome["global_tokens"], weights=None if weights is None else variants.make_weights(weights, dtype),
+                counted_mass=outcome["counted_mass"], global_mass=outcome["global_mass"], description=description,
                 pause_mid_write=settings["pause_mid_write"])
             if rank == 0:
                 print(f"  wrote {job['path']}", flush=True)

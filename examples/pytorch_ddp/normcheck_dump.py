@@ -36,36 +36,50 @@ def token_values(targets, valid):
     return [exact(t) if v else None for t, v in zip(targets, valid)]
 
 
-def rank_part(microbatches, gradient, counted_tokens=None):
+def rank_part(microbatches, gradient, counted_tokens=None, weights=None, counted_mass=None):
     """What one rank contributes to the dump.
 
     microbatches: list of (targets, valid) pairs, in the order the rank accumulated them.
     gradient: the rank's synchronized gradient after the all-reduce (a float or a 1-element tensor).
     counted_tokens: the valid-token count the rank's code computed for itself, if it computed one.
+    weights: for a weighted objective, one sequence of token weights per microbatch (tensors or lists).
+    counted_mass: the weight sum the rank's code computed for itself, if it computed one.
     """
     if hasattr(gradient, "item"):
         gradient = gradient.item()
-    return {
+    part = {
         "microbatches": [token_values(t, v) for t, v in microbatches],
         "gradient": exact(gradient),
         "counted_tokens": None if counted_tokens is None else int(counted_tokens),
     }
+    if weights is not None:
+        part["weights"] = [token_values(w, v) for w, (_, v) in zip(weights, microbatches)]
+        part["counted_mass"] = None if counted_mass is None else exact(counted_mass)
+    return part
 
 
-def build_document(parts, *, reducer, theta, dtype, global_tokens=None, description=""):
+def build_document(parts, *, reducer, theta, dtype, global_tokens=None, global_mass=None, description=""):
     """The normcheck/1 document (a dict) of one update from every rank's part, in rank order.
 
     reducer: "mean" (DDP's default) or "sum" (a communication hook that sums without dividing).
     theta: the parameter value the gradient was computed at.
     dtype: "float32" or "float64", the arithmetic of the gradient.
     global_tokens: the N the code divided by, when it used a global count.
+    global_mass: the M the code divided by, when it used a global weight sum.
+    Parts with weights make a weighted_token_mean document.
     """
     if reducer not in ("mean", "sum"):
         raise ValueError(f"reducer must be 'mean' or 'sum', not {reducer!r}")
+    weighted = any("weights" in part for part in parts)
+    if weighted and not all("weights" in part for part in parts):
+        raise ValueError("some ranks gave weights and some did not")
     ranks = []
     for part in parts:
         batches = part["microbatches"]
-        ranks.append({"targets": batches[0]} if len(batches) == 1 else {"microbatches": batches})
+        rank = {"targets": batches[0]} if len(batches) == 1 else {"microbatches": batches}
+        if weighted:
+            rank["weights"] = part["weights"][0] if len(batches) == 1 else part["weights"]
+        ranks.append(rank)
     observed = {"per_rank": [part["gradient"] for part in parts], "dtype": dtype}
     tokens = {}
     if global_tokens is not None:
@@ -75,9 +89,19 @@ def build_document(parts, *, reducer, theta, dtype, global_tokens=None, descript
         tokens["per_rank"] = counts
     if tokens:
         observed["tokens"] = tokens
+    mass = {}
+    if global_mass is not None:
+        mass["global"] = exact(global_mass)
+    masses = [part.get("counted_mass") for part in parts]
+    if weighted and all(m is not None for m in masses):
+        mass["per_rank"] = masses
+    if mass:
+        observed["mass"] = mass
     document = {"format": FORMAT}
     if description:
         document["description"] = description
+    if weighted:
+        document["objective"] = "weighted_token_mean"
     document.update({"ranks": ranks, "world_size": len(parts), "reducer": reducer, "theta": exact(theta),
                      "observed": observed})
     return document
@@ -135,20 +159,21 @@ def write_atomically(path, text, pause_mid_write=0.0):
 
 
 def dump_update(path, *, microbatches, gradient, theta, dtype, reducer="mean", counted_tokens=None,
-                global_tokens=None, description="", dst=0, group=None, pause_mid_write=0.0):
+                global_tokens=None, weights=None, counted_mass=None, global_mass=None, description="", dst=0,
+                group=None, pause_mid_write=0.0):
     """Collective: every rank of the group calls it; rank `dst` gathers every part and writes `path`.
 
     See rank_part and build_document for the arguments. Returns the document on `dst`, None elsewhere.
     """
     import torch.distributed as dist
 
-    part = rank_part(microbatches, gradient, counted_tokens)
+    part = rank_part(microbatches, gradient, counted_tokens, weights, counted_mass)
     rank = dist.get_rank(group)
     parts = [None] * dist.get_world_size(group) if rank == dst else None
     dist.gather_object(part, parts, dst=dst, group=group)
     if rank != dst:
         return None
     document = build_document(parts, reducer=reducer, theta=theta, dtype=dtype, global_tokens=global_tokens,
-                              description=description)
+                              global_mass=global_mass, description=description)
     write_atomically(path, render(document), pause_mid_write=pause_mid_write)
     return document
