@@ -178,6 +178,8 @@ void print_text(std::ostream& out, const file_report& report) {
     else
       out << "undefined: it divides by zero (" << report.recipe_result->zero_divisor << " is 0)\n";
   }
+  if (report.recipe_result && document.expect_recipe && *document.expect_recipe == report.recipe_result->value)
+    out << "      expect recipe = " << exact_for_screen(*document.expect_recipe) << ": holds\n";
   if (report.gate) print_gate(out, *report.gate);
   if (report.gate && document.expect_gate && report.status == file_status::pass)
     out << "      expect_gate " << verdict_name(document.expect_gate->verdict) << ": holds\n";
@@ -236,7 +238,9 @@ void print_json(std::ostream& out, const std::vector<file_report>& reports) {
         out << ", \"recipe\": {\"scale\": " << json_quote(r.scale.text()) << ", \"reducer\": " << json_quote(reducer_name(r.reducer))
             << ", \"gradient\": " << json_value(value) << ", \"zero_divisor\": "
             << (value ? std::string("null") : json_quote(report.recipe_result->zero_divisor))
-            << ", \"equals_objective\": " << (value && *value == *report.gradients[0] ? "true" : "false") << "}";
+            << ", \"equals_objective\": " << (value && *value == *report.gradients[0] ? "true" : "false");
+        if (report.document->expect_recipe) out << ", \"expected\": " << json_value(*report.document->expect_recipe);
+        out << "}";
       }
       if (report.gate) {
         out << ", \"gate\": ";
