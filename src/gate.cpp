@@ -39,10 +39,10 @@ rational magnitude(const microbatch_stats& m, const rational& theta) {
 }
 
 // The factor a strategy multiplies microbatch m of `rank` by before backward; nullopt where undefined.
-std::optional<rational> scale_of(const partition& update, strategy s, const rank_stats& rank,
-                                 const microbatch_stats& m) {
-  // Masses: the counts under the token mean, weight sums under the weighted one.
-  const rational mass = update.mass();
+// `mass` and `rank_mass` are the update's and the rank's (the counts under the token mean, weight sums
+// under the weighted one), computed once by the caller.
+std::optional<rational> scale_of(const partition& update, strategy s, const rational& mass, std::size_t microbatches,
+                                 const rational& rank_mass, const microbatch_stats& m) {
   switch (s) {
     case strategy::global_mean:
     case strategy::global_share: {
@@ -55,7 +55,6 @@ std::optional<rational> scale_of(const partition& update, strategy s, const rank
     }
     case strategy::local_sum: return rational(1);
     case strategy::local_mean: {
-      const rational rank_mass = rank.mass();
       if (rank_mass == 0) return std::nullopt;
       rational c = 1 / rank_mass;
       return c;
@@ -63,7 +62,7 @@ std::optional<rational> scale_of(const partition& update, strategy s, const rank
     case strategy::microbatch_mean: {
       const rational microbatch_mass = m.mass();
       if (microbatch_mass == 0) return std::nullopt;
-      rational c = 1 / (microbatch_mass * rank.microbatches.size());
+      rational c = 1 / (microbatch_mass * microbatches);
       return c;
     }
   }
@@ -74,11 +73,13 @@ std::optional<rational> scale_of(const partition& update, strategy s, const rank
 std::optional<rational> strategy_bound(const partition& update, strategy s, dtype type) {
   const std::optional<rational> g = gamma(rounding_depth(update), type);
   if (!g) return std::nullopt;
+  const rational mass = update.mass();
   rational total;
   for (const rank_stats& rank : update.ranks) {
+    const rational rank_mass = rank.mass();
     for (const microbatch_stats& m : rank.microbatches) {
       if (m.mass() == 0) continue;
-      const std::optional<rational> c = scale_of(update, s, rank, m);
+      const std::optional<rational> c = scale_of(update, s, mass, rank.microbatches.size(), rank_mass, m);
       if (!c) return std::nullopt;
       total += abs(*c) * magnitude(m, update.theta);
     }

@@ -205,26 +205,42 @@ std::pair<unsigned, unsigned> recipe_expression::degree_of(int index) const {
 
 std::pair<unsigned, unsigned> recipe_expression::degree_bound() const { return degree_of(root_); }
 
-count_values counts_at(const partition& update, std::size_t r, std::size_t m) {
+namespace {
+
+// The counts of a microbatch, given the update's and its rank's totals (computed once by the caller).
+count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::uint64_t valid_tokens,
+                       const rational& mass, std::uint64_t rank_tokens, const rational& rank_mass) {
   const rank_stats& rank = update.ranks[r];
   count_values values;
   values[index_of(count_variable::W)] = update.world_size();
-  values[index_of(count_variable::N)] = update.valid_tokens();
-  values[index_of(count_variable::n_r)] = rank.valid_tokens();
+  values[index_of(count_variable::N)] = valid_tokens;
+  values[index_of(count_variable::n_r)] = rank_tokens;
   values[index_of(count_variable::n_m)] = rank.microbatches[m].valid_tokens;
   values[index_of(count_variable::G)] = rank.microbatches.size();
   // Masses are weight sums; without weights every token weighs 1 and they equal the counts.
-  values[index_of(count_variable::M)] = update.mass();
-  values[index_of(count_variable::m_r)] = rank.mass();
+  values[index_of(count_variable::M)] = mass;
+  values[index_of(count_variable::m_r)] = rank_mass;
   values[index_of(count_variable::m_m)] = rank.microbatches[m].mass();
   return values;
 }
 
+}  // namespace
+
+count_values counts_at(const partition& update, std::size_t r, std::size_t m) {
+  const rank_stats& rank = update.ranks[r];
+  return counts_at(update, r, m, update.valid_tokens(), update.mass(), rank.valid_tokens(), rank.mass());
+}
+
 recipe_value recipe_gradient(const partition& update, const recipe& r) {
+  // Totals once, so that the cost is linear in the microbatches.
+  const std::uint64_t valid_tokens = update.valid_tokens();
+  const rational mass = update.mass();
   rational total;
   for (std::size_t rank = 0; rank < update.ranks.size(); ++rank) {
+    const std::uint64_t rank_tokens = update.ranks[rank].valid_tokens();
+    const rational rank_mass = update.ranks[rank].mass();
     for (std::size_t m = 0; m < update.ranks[rank].microbatches.size(); ++m) {
-      recipe_value scale = r.scale.evaluate(counts_at(update, rank, m));
+      recipe_value scale = r.scale.evaluate(counts_at(update, rank, m, valid_tokens, mass, rank_tokens, rank_mass));
       if (!scale.value) return scale;
       total += *scale.value * loss_gradient_sum(update.ranks[rank].microbatches[m], update.theta);
     }
