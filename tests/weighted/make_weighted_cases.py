@@ -182,6 +182,14 @@ def scaled(ranks, k):
                  r.flat) for r in ranks]
 
 
+def gradient_case(objectives, name, description, ranks, theta, reducer):
+    """Writes a weighted case that expects all six gradients; returns them for further assertions."""
+    expected = gradients(ranks, theta, reducer)
+    write(name, document(description, ranks, theta, reducer, expect=expected))
+    objectives[name] = expected["global_mean"]
+    return expected
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     objectives = {}
@@ -193,39 +201,34 @@ def main():
         Rank([[0, 4, 5, -1]], [[2, 0, 1, "1/3"]], flat=True),
     ]
     theta_u = F(1, 2)
-    g_uneven = gradients(uneven, theta_u, "mean")
-    write("uneven_ranks", document(
+    g_uneven = gradient_case(
+        objectives, "uneven_ranks",
         "Three ranks of 2, 1 and 4 valid tokens with fractional weights, one padding position and one "
         "token of weight 0: only the scaled sum W*S_r/M reproduces the weighted mean under DDP's mean.",
-        uneven, theta_u, "mean", expect=g_uneven))
-    objectives["uneven_ranks"] = g_uneven["global_mean"]
+        uneven, theta_u, "mean")
 
     # accumulated: W = 2, G = 2 and G = 3, one microbatch whose tokens all weigh 0.
     accumulated = [
         Rank([[1, 2], [3]], [[1, "1/2"], [2]]),
         Rank([[4], [5, 6, None], [7]], [[3], [0, 0, None], ["1/4"]]),
     ]
-    theta_a = F(2)
-    g_acc = gradients(accumulated, theta_a, "mean")
-    assert g_acc["microbatch_mean"] is None
-    write("accumulated", document(
+    g_acc = gradient_case(
+        objectives, "accumulated",
         "Rank 0 accumulates two microbatches and rank 1 three, one of whose tokens all weigh 0: that "
         "microbatch has no weighted mean, so microbatch_mean is undefined while the others are not.",
-        accumulated, theta_a, "mean", expect=g_acc))
-    objectives["accumulated"] = g_acc["global_mean"]
+        accumulated, F(2), "mean")
+    assert g_acc["microbatch_mean"] is None
 
     # sum_reducer: W = 2, reducer sum.
     summed = [
         Rank([[3, 1, None]], [["2/3", 4, None]], flat=True),
         Rank([[2, 6]], [["0.5", "5/2"]], flat=True),
     ]
-    theta_s = F(-1)
-    g_sum = gradients(summed, theta_s, "sum")
-    write("sum_reducer", document(
+    gradient_case(
+        objectives, "sum_reducer",
         "Two weighted ranks under a reducer that sums without dividing by W: the global share S_r/M "
         "now gives the weighted mean and the scaled sum is W times it.",
-        summed, theta_s, "sum", expect=g_sum))
-    objectives["sum_reducer"] = g_sum["global_mean"]
+        summed, F(-1), "sum")
 
     # weights_all_one and its unweighted twin.
     ones_tokens = [[[1, 4], [2, None, 7]], [[3], [0, 5, 5]]]
@@ -247,17 +250,15 @@ def main():
 
     # weights_scaled: uneven_ranks with every weight times 7/3.
     k = F(7, 3)
-    scaled_ranks = scaled(uneven, k)
-    g_scaled = gradients(scaled_ranks, theta_u, "mean")
+    g_scaled = gradient_case(
+        objectives, "weights_scaled",
+        "The tokens of uneven_ranks.json with every weight multiplied by 7/3: the normalized gradients "
+        "are unchanged and only the unnormalized local sum grows by 7/3.",
+        scaled(uneven, k), theta_u, "mean")
     for name in ("global_mean", "local_mean", "scaled_sum", "global_share", "microbatch_mean"):
         assert g_scaled[name] == g_uneven[name], name
     assert g_scaled["local_sum"] == k * g_uneven["local_sum"]
     assert g_scaled["local_sum"] != g_uneven["local_sum"]
-    write("weights_scaled", document(
-        "The tokens of uneven_ranks.json with every weight multiplied by 7/3: the normalized gradients "
-        "are unchanged and only the unnormalized local sum grows by 7/3.",
-        scaled_ranks, theta_u, "mean", expect=g_scaled))
-    objectives["weights_scaled"] = g_scaled["global_mean"]
 
     # empty_rank: one rank without any token.
     empty = [
@@ -265,14 +266,12 @@ def main():
         Rank([[]], [[]], flat=True),
         Rank([[1, None, 8]], [[1, None, "0.2"]], flat=True),
     ]
-    theta_e = F(0)
-    g_empty = gradients(empty, theta_e, "mean")
-    assert g_empty["local_mean"] is None
-    write("empty_rank", document(
+    g_empty = gradient_case(
+        objectives, "empty_rank",
         "The middle rank of three holds no token and so no mass: its local mean is undefined, while "
         "W*S_r/M, its zero sum included, still gives the weighted mean.",
-        empty, theta_e, "mean", expect=g_empty))
-    objectives["empty_rank"] = g_empty["global_mean"]
+        empty, F(0), "mean")
+    assert g_empty["local_mean"] is None
 
     # recipes on one accumulated, non-uniformly weighted partition.
     rec = [
