@@ -24,6 +24,8 @@ sum over the whole update; Sᵣ is then the weighted loss sum and mᵣ the rank'
   weighted_scaled_sum     W·Sᵣ/M, M all-reduced                   correct under DDP's mean
   weighted_count          W·Sᵣ/N, N the all-reduced token count   a bug: the count in place of the mass
   weighted_local_mean     Sᵣ/mᵣ                                   a bug: ranks weigh the same whatever mᵣ
+  weighted_accumulated    Σₘ W·Sᵣₘ/M with no_sync, M of the update correct
+  weighted_microbatch_mean (1/G)·Σₘ Sᵣₘ/mᵣₘ with no_sync           a bug: every microbatch weighs the same
 
 `run_variant` returns what normcheck needs to know besides the tokens: the reducer the code used
 and the denominators it divided by.
@@ -33,9 +35,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-CORRECT = ("scaled_sum", "accumulated_scaled_sum", "empty_rank", "weighted_scaled_sum")
-ACCUMULATING = ("microbatch_mean", "accumulated_scaled_sum")
-WEIGHTED = ("weighted_scaled_sum", "weighted_count", "weighted_local_mean")
+CORRECT = ("scaled_sum", "accumulated_scaled_sum", "empty_rank", "weighted_scaled_sum", "weighted_accumulated")
+ACCUMULATING = ("microbatch_mean", "accumulated_scaled_sum", "weighted_accumulated", "weighted_microbatch_mean")
+WEIGHTED = ("weighted_scaled_sum", "weighted_count", "weighted_local_mean", "weighted_accumulated",
+            "weighted_microbatch_mean")
 ALL = ("local_mean", "local_sum", "scaled_sum", "global_share", "microbatch_mean", "accumulated_scaled_sum",
        "sum_hook", "empty_rank") + WEIGHTED
 TESTING_ONLY = ("hang",)
@@ -54,6 +57,10 @@ DESCRIPTIONS = {
     "weighted_scaled_sum": "each rank backpropagates W*S_r/M, its weighted loss sum over the all-reduced weight sum",
     "weighted_count": "each rank backpropagates W*S_r/N, its weighted loss sum over the all-reduced token count",
     "weighted_local_mean": "each rank backpropagates S_r/m_r, its weighted loss sum over its own weight sum",
+    "weighted_accumulated": "gradient accumulation with no_sync, each microbatch backpropagates W*S_rm/M with M "
+                            "the update's all-reduced weight sum",
+    "weighted_microbatch_mean": "gradient accumulation with no_sync, each microbatch backpropagates its own "
+                                "weighted mean divided by G",
 }
 
 # Token weights of the weighted variants, by position: binary fractions, so every sum of them is exact,
@@ -134,14 +141,18 @@ def run_variant(name, ddp, batch, world_size, side_group=None, weights=None):
     result = {"reducer": "mean", "counted_tokens": None, "global_tokens": None, "counted_mass": None,
               "global_mass": None}
 
+    def masses():
+        return [torch.where(valid, w, torch.zeros_like(w)).sum() for (_, valid), w in zip(batch, weights)]
+
     def backward_each(loss_of):
         # Accumulation: every microbatch but the last under no_sync, so only the last all-reduces.
         for m, (targets, valid) in enumerate(batch):
+            args = (targets, valid) if weights is None else (targets, valid, weights[m])
             if m + 1 < len(batch):
                 with ddp.no_sync():
-                    loss_of(m, ddp(targets, valid)).backward()
+                    loss_of(m, ddp(*args)).backward()
             else:
-                loss_of(m, ddp(targets, valid)).backward()
+                loss_of(m, ddp(*args)).backward()
 
     if name == "local_mean":
         targets, valid = batch[0]
@@ -172,6 +183,18 @@ def run_variant(name, ddp, batch, world_size, side_group=None, weights=None):
         g = len(batch)
         backward_each(lambda m, loss: loss / batch[m][1].sum() / g)
         result["counted_tokens"] = local_count
+    elif name == "weighted_accumulated":
+        local_mass = sum(masses())
+        total_mass = local_mass.detach().clone()
+        dist.all_reduce(total_mass)
+        backward_each(lambda m, loss: loss * world_size / total_mass)
+        result["counted_mass"] = local_mass.item()
+        result["global_mass"] = total_mass.item()
+    elif name == "weighted_microbatch_mean":
+        g = len(batch)
+        each = masses()
+        backward_each(lambda m, loss: loss / each[m] / g)
+        result["counted_mass"] = sum(each).item()
     elif name in WEIGHTED:
         targets, valid = batch[0]
         loss = ddp(targets, valid, weights[0])

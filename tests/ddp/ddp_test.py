@@ -45,6 +45,8 @@ EXPECTED = {
     "weighted_scaled_sum": ("pass", None),
     "weighted_count": ("fail", "count_denominator"),
     "weighted_local_mean": ("fail", "local_mean"),
+    "weighted_accumulated": ("pass", None),
+    "weighted_microbatch_mean": ("fail", "microbatch_mean"),
 }
 WORLD_SIZES = (2, 3)
 DTYPES = ("float32", "float64")
@@ -122,7 +124,8 @@ def expected_dumps():
     for world_size in WORLD_SIZES:
         for dtype in DTYPES:
             for variant in EXPECTED:
-                if variant in ("microbatch_mean", "accumulated_scaled_sum"):
+                if variant in ("microbatch_mean", "accumulated_scaled_sum", "weighted_accumulated",
+                               "weighted_microbatch_mean"):
                     partitions = ["suggest-g2", "seed-microbatches"]
                 elif variant == "empty_rank":
                     partitions = ["suggest-empty-rank", "seed-empty-rank"]
