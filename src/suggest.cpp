@@ -4,6 +4,8 @@
 
 #include "deterministic_random.hpp"
 
+#include <array>
+
 namespace normcheck {
 
 namespace {
@@ -17,6 +19,12 @@ struct named_value {
 // The smallest |vᵢ − vⱼ| / max(bᵢ, bⱼ) over the pairs the gate must tell apart.
 void measure(suggestion& s) {
   const partition update = to_partition(s.tokens);
+  if (update.objective == objective_kind::weighted_token_mean && update.mass() == rational(update.valid_tokens())) {
+    // With M = N, dividing by the count is the objective itself: nothing could tell them apart.
+    s.separation = 0;
+    s.closest_pair = "the objective and count_denominator";
+    return;
+  }
   const rational objective = *gradient(update, strategy::global_mean);
   std::vector<named_value> wrong_strategies;
   std::vector<named_value> all;
@@ -47,7 +55,11 @@ void measure(suggestion& s) {
 
 }  // namespace
 
-suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type) {
+suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective) {
+  // Weights exact in every dtype, bfloat16 included; none is 0, so every token counts in the mass.
+  const std::array<rational, 6> weights{rational(1, 4), rational(1, 2), rational(3, 4),
+                                        rational(1),    rational(3, 2), rational(2)};
+  const bool weighted = objective == objective_kind::weighted_token_mean;
   constexpr int attempts = 400;
   constexpr std::uint64_t most_tokens = 4;  // per microbatch
   detail::deterministic_random random(0x9E3779B97F4A7C15ull);
@@ -58,17 +70,22 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
     candidate.type = type;
     for (std::uint64_t r = 0; r < world_size; ++r) {
       std::vector<std::vector<token>> rank;
+      std::vector<std::vector<token>> rank_weights;
       for (std::uint64_t m = 0; m < microbatches; ++m) {
         std::vector<token> tokens;
+        std::vector<token> token_weights;
         const std::uint64_t count = 1 + random.below(most_tokens);
         for (std::uint64_t i = 0; i < count; ++i) {
           // Small integers: exact in every dtype, bfloat16 included.
           const auto target = static_cast<long>(random.below(11)) - 4;
           tokens.emplace_back(rational(target));
+          if (weighted) token_weights.emplace_back(weights[random.below(weights.size())]);
         }
         rank.push_back(std::move(tokens));
+        rank_weights.push_back(std::move(token_weights));
       }
       candidate.tokens.ranks.push_back(std::move(rank));
+      if (weighted) candidate.tokens.weights.push_back(std::move(rank_weights));
     }
     measure(candidate);
     if (!have_best || candidate.separation > best.separation) {

@@ -21,8 +21,11 @@ struct suggestion {
 
 /// Searches small integer partitions with `world_size` ranks of `microbatches` microbatches each and
 /// returns the one that separates best: the objective from every known mistake, and the named wrong
-/// strategies from each other. Deterministic.
-suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type);
+/// strategies from each other. Under the weighted objective every token also gets a weight from
+/// {1/4, 1/2, 3/4, 1, 3/2, 2} (exact in every dtype), and the mistakes include count_denominator.
+/// Deterministic.
+suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
+                             objective_kind objective = objective_kind::token_mean);
 
 /// The separation the gate needs a suggestion to reach: 100 bounds.
 inline constexpr unsigned required_separation = 100;

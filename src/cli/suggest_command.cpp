@@ -16,13 +16,19 @@ struct suggest_options {
   std::uint64_t world_size = 2;
   std::uint64_t microbatches = 1;
   std::string type = "float32";
+  std::string objective = "token_mean";
   std::string output;
 };
 
 outcome run_suggest(const suggest_options& options) {
   const std::optional<dtype> type = dtype_from_name(options.type);
   if (!type) throw error(error_code::usage_error, "unknown dtype \"" + options.type + "\": expected float64, float32, bfloat16, float16 or exact");
-  const suggestion s = suggest_partition(options.world_size, options.microbatches, *type);
+  if (options.objective != "token_mean" && options.objective != "weighted_token_mean")
+    throw error(error_code::usage_error,
+                "--objective must be token_mean or weighted_token_mean, not \"" + options.objective + "\"");
+  const objective_kind objective =
+      options.objective == "token_mean" ? objective_kind::token_mean : objective_kind::weighted_token_mean;
+  const suggestion s = suggest_partition(options.world_size, options.microbatches, *type, objective);
   const partition update = to_partition(s.tokens);
   const bool enough = s.separation >= required_separation;
   document_options document;
@@ -55,6 +61,8 @@ void add_suggest_command(CLI::App& app, action& run) {
   suggest->add_option("--microbatches,-G", options->microbatches, "Microbatches per rank")
       ->capture_default_str()->check(CLI::Range(1, 16));
   suggest->add_option("--dtype", options->type, "float64, float32, bfloat16, float16 or exact")->capture_default_str();
+  suggest->add_option("--objective", options->objective, "token_mean or weighted_token_mean (tokens get weights)")
+      ->capture_default_str();
   suggest->add_option("--output,-o", options->output, "Write the partition to this file instead of stdout");
   suggest->callback([&run, options] { run = [options] { return run_suggest(*options); }; });
 }

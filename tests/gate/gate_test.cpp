@@ -160,6 +160,21 @@ TEST_CASE("suggest separates every named mistake by at least 100 float32 bounds"
   }
 }
 
+TEST_CASE("suggest separates the weighted objective's mistakes too, count_denominator included") {
+  for (std::uint64_t world = 2; world <= 8; ++world) {
+    for (std::uint64_t microbatches = 1; microbatches <= 3; ++microbatches) {
+      CAPTURE(world);
+      CAPTURE(microbatches);
+      const suggestion s =
+          suggest_partition(world, microbatches, dtype::float32, objective_kind::weighted_token_mean);
+      CHECK(s.separation >= required_separation);
+      const partition update = to_partition(s.tokens);
+      CHECK(update.objective == objective_kind::weighted_token_mean);
+      CHECK(update.mass() != rational(update.valid_tokens()));  // else count_denominator would be invisible
+    }
+  }
+}
+
 TEST_CASE("suggest cannot separate the local mean with one rank and says so") {
   const suggestion s = suggest_partition(1, 1, dtype::float32);
   CHECK(s.separation == 0);
