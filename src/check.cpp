@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <system_error>
+#include <unistd.h>
 
 namespace normcheck {
 
@@ -197,7 +198,12 @@ std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesys
     fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
     for (; !ec && it != end; it.increment(ec)) {
       std::error_code type_ec;
-      if (it->path().extension() == ".json" && !it->is_directory(type_ec)) found.push_back(it->path());
+      const bool directory = it->is_directory(type_ec);
+      if (it->path().extension() == ".json" && !directory) found.push_back(it->path());
+      // A subdirectory the walk cannot enter is kept, so that its check reports it instead of its
+      // files silently missing from the run.
+      else if (directory && !it->is_symlink(type_ec) && ::access(it->path().c_str(), R_OK | X_OK) != 0)
+        found.push_back(it->path());
     }
     if (ec) found.push_back(path);  // reported by its check
     std::sort(found.begin(), found.end());

@@ -666,6 +666,9 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
   // Opened without blocking (a FIFO would wait for a writer) and examined through the open
   // descriptor, so that what is examined is what is read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat seen {};
+  if (fd < 0 && errno == EACCES && ::stat(path.c_str(), &seen) == 0 && S_ISDIR(seen.st_mode))
+    reject(error_code::io_error, "is a directory that cannot be read (permission denied): its files were not checked");
   if (fd < 0) {
     const int cause = errno;
     reject(error_code::io_error, cause == ENOENT  ? "cannot open: no such file (or a symbolic link to nothing)"
@@ -681,7 +684,10 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
   } open_file{fd};
   struct stat info {};
   if (::fstat(fd, &info) != 0) reject(error_code::io_error, std::string("cannot be examined: ") + std::strerror(errno));
-  if (S_ISDIR(info.st_mode)) reject(error_code::io_error, "is a directory where a file was expected");
+  if (S_ISDIR(info.st_mode))
+    reject(error_code::io_error, ::access(path.c_str(), R_OK | X_OK) != 0
+                                     ? "is a directory that cannot be read (permission denied): its files were not checked"
+                                     : "is a directory where a file was expected");
   if (!S_ISREG(info.st_mode)) reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
   if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +

@@ -59,7 +59,8 @@ file_report check_text(std::string_view text, std::string source, const reader_l
 file_report check_path(const std::filesystem::path& path, const reader_limits& limits = {});
 
 /// The files a command line names: files as given, directories walked recursively for `*.json`,
-/// sorted. A path that does not exist is kept so that its check reports it.
+/// sorted. A path that does not exist, and a subdirectory the walk cannot enter, is kept so that its
+/// check reports it (io_error): nothing is skipped silently.
 std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths);
 
 /// Whether a gradient equals the objective (`global_mean`); false when undefined.

@@ -159,6 +159,32 @@ TEST_CASE("an unreadable file is reported and the others still checked") {
   CHECK(result.out.find("2 files: 1 passed, 0 failed, 1 rejected") != std::string::npos);
 }
 
+TEST_CASE("an unreadable subdirectory is reported, not skipped") {
+  hardening::temporary_directory dir;
+  REQUIRE(::mkdir((dir / "cases").c_str(), 0755) == 0);
+  REQUIRE(::mkdir((dir / "cases/locked").c_str(), 0755) == 0);
+  hardening::write_text(dir / "cases/good.json", hardening::slurp(good_case));
+  hardening::write_text(dir / "cases/locked/hidden.json", hardening::slurp(good_case));
+  REQUIRE(::chmod((dir / "cases/locked").c_str(), 0) == 0);
+  process_result result;
+  if (::geteuid() == 0) {
+    // root enters any directory: run the check as an ordinary user instead.
+    std::filesystem::copy_file(normcheck, dir / "normcheck");
+    const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") + " check " +
+                                (dir / "cases") + " > " + (dir / "out.txt") + " 2>&1; echo $? > " + (dir / "status.txt");
+    REQUIRE(std::system(command.c_str()) == 0);
+    result.out = hardening::slurp(dir / "out.txt");
+    result.status = std::stoi(hardening::slurp(dir / "status.txt"));
+  } else {
+    result = check({dir / "cases"});
+  }
+  REQUIRE(::chmod((dir / "cases/locked").c_str(), 0755) == 0);  // so that the directory can be removed
+  CAPTURE(result.out);
+  CHECK(result.status == 2);
+  CHECK(result.out.find("locked: io_error: is a directory that cannot be read (permission denied)") != std::string::npos);
+  CHECK(result.out.find("2 files: 1 passed, 0 failed, 1 rejected") != std::string::npos);
+}
+
 TEST_CASE("a closed standard output ends the run quietly") {
   // As in `normcheck check cases | head -n 1` once head has exited: every write fails with EPIPE.
   const process_result result = check({NORMCHECK_CASES_DIR}, output_to::closed_pipe);
