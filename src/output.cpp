@@ -43,6 +43,14 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
     ::unlink(temporary.c_str());
     fail("cannot rename the temporary file over it");
   }
+  // The rename is durable once the directory that holds the name is flushed too.
+  const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int directory = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory < 0 || ::fsync(directory) != 0) {
+    if (directory >= 0) ::close(directory);
+    fail("written in full, but its directory could not be flushed to disk");
+  }
+  ::close(directory);
 }
 
 }  // namespace normcheck

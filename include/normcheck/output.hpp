@@ -7,7 +7,8 @@
 
 namespace normcheck {
 
-/// Writes `content` to a temporary file beside `path`, then renames it over `path`.
+/// Writes `content` to a temporary file beside `path`, flushes it, renames it over `path` and flushes the
+/// directory, so that the new name survives a crash.
 /// Throws `error(io_error)` naming the path when it cannot.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
