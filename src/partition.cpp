@@ -102,9 +102,7 @@ void microbatch_builder::add_token(const rational& target) {
 
 void microbatch_builder::add_weighted_token(const literal_parts& target, const literal_parts& weight) {
   add_token(target);
-  weighted_ = true;
-  ++weighted_tokens_;
-  mass_.add(weight);
+  add_weight(weight);
   literal_parts term = product(target, weight);
   term.negative = false;
   (target.negative ? weighted_negative_ : weighted_positive_).add(term);
@@ -112,9 +110,7 @@ void microbatch_builder::add_weighted_token(const literal_parts& target, const l
 
 void microbatch_builder::add_weighted_token(const machine_literal& target, const machine_literal& weight) {
   add_token(target);
-  weighted_ = true;
-  ++weighted_tokens_;
-  mass_.add(weight);
+  add_weight(weight);
   __extension__ typedef unsigned __int128 wide;
   const wide significand = static_cast<wide>(target.significand) * weight.significand;
   exact_sum& sum = target.negative ? weighted_negative_ : weighted_positive_;
@@ -136,9 +132,7 @@ void microbatch_builder::add_weighted_token(const machine_literal& target, const
 
 void microbatch_builder::add_weighted_token(const rational& target, const rational& weight) {
   add_token(target);
-  weighted_ = true;
-  ++weighted_tokens_;
-  mass_.add(weight);
+  add_weight(weight);
   rational term = target * weight;
   if (term < 0) {
     rational magnitude = -term;
@@ -156,9 +150,9 @@ microbatch_stats microbatch_builder::finish() const {
   rational negative = negative_.value();
   stats.target_sum = positive - negative;
   stats.target_abs_sum = positive + negative;
+  if (weighted_tokens_ != (weighted_ ? valid_tokens_ : 0))
+    throw error(error_code::schema_error, "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
   if (weighted_) {
-    if (weighted_tokens_ != valid_tokens_)
-      throw error(error_code::schema_error, "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
     weighted_sums sums;
     sums.mass = mass_.value();
     rational weighted_positive = weighted_positive_.value();
@@ -220,7 +214,7 @@ partition make_weighted_partition(const std::vector<std::vector<std::vector<toke
       const std::vector<token>& w = weights[r][m];
       if (w.size() != tokens.size())
         mismatch("rank " + std::to_string(r) + ", microbatch " + std::to_string(m) + " has another length");
-      microbatch_builder builder;
+      microbatch_builder builder(true);
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         if (tokens[i].has_value() != w[i].has_value())
           mismatch("a weight stands beside each valid token and null beside each padded position");
@@ -231,9 +225,7 @@ partition make_weighted_partition(const std::vector<std::vector<std::vector<toke
         if (*w[i] < 0) throw error(error_code::bad_number, "a token weight must not be negative, found " + to_string(*w[i]));
         builder.add_weighted_token(*tokens[i], *w[i]);
       }
-      microbatch_stats stats = builder.finish();
-      if (!stats.weighted) stats.weighted = weighted_sums{};  // a microbatch without a valid token has mass 0
-      rank.microbatches.push_back(std::move(stats));
+      rank.microbatches.push_back(builder.finish());
     }
     p.ranks.push_back(std::move(rank));
   }

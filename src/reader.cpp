@@ -478,7 +478,7 @@ private:
     const std::uint64_t list_offset = weights.value_offset();
     tokens.begin_array();
     weights.begin_array();
-    microbatch_builder builder;
+    microbatch_builder builder(true);
     std::uint64_t position = 0;
     for (;; ++position) {
       const bool token = tokens.next_element();
@@ -523,9 +523,7 @@ private:
       else builder.add_weighted_token(target_is_fast ? to_parts(fast_target) : target,
                                       weight_is_fast ? to_parts(fast_weight) : w);
     }
-    microbatch_stats stats = builder.finish();
-    if (!stats.weighted) stats.weighted = weighted_sums{};  // no valid token: mass 0
-    return stats;
+    return builder.finish();
   }
 
   // Weights and the objective agree: weights on every rank exactly when the objective is weighted.
@@ -541,12 +539,11 @@ private:
                  "the objective is weighted_token_mean, so every rank gives \"weights\" beside its targets",
                  *first_unweighted_rank);
     if (!weighted && file_.normalization)
-      for (count_variable v : {count_variable::M, count_variable::m_r, count_variable::m_m})
-        if (file_.normalization->scale.uses(v))
-          json_.fail(error_code::recipe_error,
-                     "the recipe uses " + std::string(variable_name(v)) +
-                         ", a weight mass, but the objective is token_mean (set \"objective\": \"weighted_token_mean\" and give weights)",
-                     recipe_offset);
+      if (const std::optional<count_variable> mass = file_.normalization->scale.mass_variable())
+        json_.fail(error_code::recipe_error,
+                   "the recipe uses " + std::string(variable_name(*mass)) +
+                       ", a weight mass, but the objective is token_mean (set \"objective\": \"weighted_token_mean\" and give weights)",
+                   recipe_offset);
   }
 
   void read_objective() {

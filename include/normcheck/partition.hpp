@@ -95,6 +95,10 @@ rational loss_gradient_sum(const rank_stats& rank, const rational& theta);
 /// Accumulates one microbatch token by token, exactly and without storing tokens.
 class microbatch_builder {
 public:
+  /// A builder for unweighted tokens, or with `weighted` for tokens that each carry a weight: `finish`
+  /// then reports the weighted sums (all 0 for a microbatch without a valid token).
+  explicit microbatch_builder(bool weighted = false) : weighted_(weighted) {}
+
   /// Adds a valid token given as a literal.
   void add_token(const literal_parts& target);
   /// Adds a valid token read by `scan_machine_literal` (the streaming path: no allocation per token).
@@ -106,8 +110,8 @@ public:
   }
   /// Adds a valid token given as a rational.
   void add_token(const rational& target);
-  /// Adds a valid token and its weight (w ≥ 0, checked by the caller). Once one token is weighted, every
-  /// valid token of the microbatch must be: `finish` then reports the weighted sums.
+  /// Adds a valid token and its weight (w ≥ 0, checked by the caller) to a weighted builder, whose every
+  /// valid token must come with a weight.
   void add_weighted_token(const literal_parts& target, const literal_parts& weight);
   /// The same for values given as rationals.
   void add_weighted_token(const rational& target, const rational& weight);
@@ -124,6 +128,13 @@ private:
   std::uint64_t padding_ = 0;
   exact_sum positive_;  // Σ of the non-negative targets
   exact_sum negative_;  // Σ of |y| over the negative targets
+  // Counts a weighted token's weight.
+  template <typename Weight>
+  void add_weight(const Weight& weight) {
+    ++weighted_tokens_;
+    mass_.add(weight);
+  }
+
   bool weighted_ = false;
   std::uint64_t weighted_tokens_ = 0;
   exact_sum mass_;               // Σ w
