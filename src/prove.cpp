@@ -191,10 +191,9 @@ std::string_view verdict_name(proof_verdict verdict) noexcept {
 proof_result prove_recipe(const recipe& r, objective_kind objective) {
   const bool weighted_objective = objective == objective_kind::weighted_token_mean;
   if (!weighted_objective)
-    for (count_variable v : {count_variable::M, count_variable::m_r, count_variable::m_m})
-      if (r.scale.uses(v))
-        throw error(error_code::recipe_error, "the recipe uses " + std::string(variable_name(v)) +
-                                                  ", a weight mass: prove it with --objective weighted_token_mean");
+    if (const std::optional<count_variable> mass = r.scale.mass_variable())
+      throw error(error_code::recipe_error, "the recipe uses " + std::string(variable_name(*mass)) +
+                                                ", a weight mass: prove it with --objective weighted_token_mean");
   proof_result result;
   std::optional<std::pair<count_configuration, judged>> first_wrong;
   std::optional<std::pair<count_configuration, judged>> first_zero;

@@ -203,6 +203,12 @@ std::pair<unsigned, unsigned> recipe_expression::degree_of(int index) const {
   }
 }
 
+std::optional<count_variable> recipe_expression::mass_variable() const {
+  for (count_variable v : {count_variable::M, count_variable::m_r, count_variable::m_m})
+    if (uses(v)) return v;
+  return std::nullopt;
+}
+
 std::pair<unsigned, unsigned> recipe_expression::degree_bound() const { return degree_of(root_); }
 
 namespace {

@@ -55,6 +55,8 @@ public:
   recipe_value evaluate(const count_values& values) const;
   /// Whether the expression mentions `v`.
   bool uses(count_variable v) const;
+  /// The first weight mass (M, m_r, m_m) the expression mentions, if any: only the weighted objective has them.
+  std::optional<count_variable> mass_variable() const;
   /// An upper bound on the total degree of the numerator and of the denominator of the expression
   /// as a rational function of the variables.
   std::pair<unsigned, unsigned> degree_bound() const;

@@ -90,8 +90,7 @@ TEST_CASE("the acceptance law catches a prover that accepts everything") {
 TEST_CASE("the acceptance law catches a prover that ignores the weights") {
   // Judging a weighted recipe as if every weight were 1 (M = N) accepts W / N for the weighted objective.
   CHECK_FALSE(accepted_recipes_match([](const recipe& r, objective_kind objective) {
-    if (objective == weighted_mean && !r.scale.uses(count_variable::M) && !r.scale.uses(count_variable::m_r) &&
-        !r.scale.uses(count_variable::m_m))
+    if (objective == weighted_mean && !r.scale.mass_variable())
       return prove_recipe(r, objective_kind::token_mean).verdict;
     return prove_recipe(r, objective).verdict;
   }));
