@@ -4,11 +4,11 @@
 // (tests/hardening/regression_test.cpp). A broken property prints what broke and aborts, which
 // libFuzzer records as a crash and the test suite as a failed test.
 
-#include "normcheck/check.hpp"
-#include "normcheck/exact_sum.hpp"
-#include "normcheck/partition.hpp"
-#include "normcheck/rational.hpp"
-#include "normcheck/reader.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/core/exact_sum.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/core/rational.hpp"
+#include "normcheck/documents/partition_reader.hpp"
 
 #include <climits>
 #include <cstdint>

@@ -2,9 +2,9 @@
 
 #include "commands.hpp"
 
-#include "normcheck/check.hpp"
-#include "normcheck/output.hpp"
-#include "normcheck/report.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/io/files.hpp"
+#include "normcheck/check/report.hpp"
 
 #include <iostream>
 #include <memory>

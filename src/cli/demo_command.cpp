@@ -2,9 +2,9 @@
 
 #include "commands.hpp"
 
-#include "normcheck/demo.hpp"
-#include "normcheck/reader.hpp"
-#include "normcheck/svg.hpp"
+#include "normcheck/teaching/demo.hpp"
+#include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/teaching/svg.hpp"
 
 #include <iostream>
 #include <memory>

@@ -2,7 +2,7 @@
 
 #include "commands.hpp"
 
-#include "normcheck/lab.hpp"
+#include "normcheck/teaching/lab.hpp"
 
 #include <iostream>
 #include <memory>

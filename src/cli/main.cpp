@@ -3,7 +3,7 @@
 
 #include "commands.hpp"
 
-#include "normcheck/errors.hpp"
+#include "normcheck/core/errors.hpp"
 
 #include <csignal>
 #include <iostream>

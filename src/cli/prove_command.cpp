@@ -2,9 +2,9 @@
 
 #include "commands.hpp"
 
-#include "normcheck/errors.hpp"
-#include "normcheck/output.hpp"
-#include "normcheck/prove.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/io/files.hpp"
+#include "normcheck/recipes/prove.hpp"
 
 #include <iostream>
 #include <memory>

@@ -2,7 +2,7 @@
 
 #include "commands.hpp"
 
-#include "normcheck/reference.hpp"
+#include "normcheck/teaching/reference.hpp"
 
 #include <iostream>
 

@@ -2,9 +2,9 @@
 
 #include "commands.hpp"
 
-#include "normcheck/reader.hpp"
-#include "normcheck/report.hpp"
-#include "normcheck/simulate.hpp"
+#include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/check/report.hpp"
+#include "normcheck/simulation/simulate.hpp"
 
 #include <iostream>
 #include <memory>

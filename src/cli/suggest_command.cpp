@@ -2,8 +2,8 @@
 
 #include "commands.hpp"
 
-#include "normcheck/output.hpp"
-#include "normcheck/suggest.hpp"
+#include "normcheck/io/files.hpp"
+#include "normcheck/gate/suggest.hpp"
 
 #include <iostream>
 #include <memory>

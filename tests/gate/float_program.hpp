@@ -4,9 +4,9 @@
 // ranks in rank order, divided by W under the mean reducer. Floats belong here: this is the program
 // under test, not the exact path.
 
-#include "normcheck/gradients.hpp"
-#include "normcheck/rational.hpp"
-#include "normcheck/writer.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/core/rational.hpp"
+#include "normcheck/documents/partition_writer.hpp"
 
 #include <cstdio>
 #include <ostream>

@@ -3,7 +3,7 @@
 
 #include "float_program.hpp"
 
-#include "normcheck/gate.hpp"
+#include "normcheck/gate/gate.hpp"
 
 #include <doctest/doctest.h>
 #include <rapidcheck.h>

@@ -1,8 +1,8 @@
 // The gate's pieces on hand-derived examples: the bound, each check, diagnosis, and suggest.
 
-#include "normcheck/gate.hpp"
-#include "normcheck/reader.hpp"
-#include "normcheck/suggest.hpp"
+#include "normcheck/gate/gate.hpp"
+#include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/gate/suggest.hpp"
 
 #include <doctest/doctest.h>
 

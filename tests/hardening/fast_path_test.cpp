@@ -2,9 +2,9 @@
 // against the general path (parse_literal, to_rational, rational addition), on random literals biased
 // toward the corners: significands around 2^64, exponents at the limits, decimal and hexadecimal mixed.
 
-#include "normcheck/exact_sum.hpp"
-#include "normcheck/partition.hpp"
-#include "normcheck/reader.hpp"
+#include "normcheck/core/exact_sum.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/documents/partition_reader.hpp"
 
 #include <doctest/doctest.h>
 #include <rapidcheck.h>

@@ -1,7 +1,7 @@
 // Report files are written whole or not at all: a temporary file beside the target, renamed over it.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/output.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/io/files.hpp"
 
 #include "process.hpp"
 

@@ -3,8 +3,8 @@
 
 #include "fuzz_targets.hpp"
 
-#include "normcheck/check.hpp"
-#include "normcheck/json_reader.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/io/json_reader.hpp"
 
 #include <doctest/doctest.h>
 

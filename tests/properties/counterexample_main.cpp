@@ -9,8 +9,8 @@
 
 #include "laws.hpp"
 
-#include "normcheck/gradients.hpp"
-#include "normcheck/writer.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/documents/partition_writer.hpp"
 
 #include <iostream>
 #include <string>

@@ -3,9 +3,9 @@
 // of normalization talk about. Every generator produces valid data by construction (nothing is
 // filtered), and shrinks toward small, readable updates: few ranks, few tokens, values near zero.
 
-#include "normcheck/partition.hpp"
-#include "normcheck/rational.hpp"
-#include "normcheck/writer.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/core/rational.hpp"
+#include "normcheck/documents/partition_writer.hpp"
 
 #include <rapidcheck.h>
 

@@ -3,7 +3,7 @@
 #include "generators.hpp"
 #include "oracle.hpp"
 
-#include "normcheck/reference.hpp"
+#include "normcheck/teaching/reference.hpp"
 
 #include <rapidcheck/detail/TestListenerAdapter.h>
 

@@ -6,10 +6,10 @@
 // replays. Laws are parametrized by the normalization under test, so the same law can be run against
 // deliberately wrong normalizations to show that it fails.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/gradients.hpp"
-#include "normcheck/reader.hpp"
-#include "normcheck/writer.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/documents/partition_writer.hpp"
 
 #include <rapidcheck.h>
 

@@ -6,7 +6,7 @@
 #include "generators.hpp"
 #include "oracle.hpp"
 
-#include "normcheck/check.hpp"
+#include "normcheck/check/check.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 
 #include "laws.hpp"
 
-#include "normcheck/reference.hpp"
+#include "normcheck/teaching/reference.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 // explicit tokens and adds exact rationals token by token, sharing nothing with the library's
 // per-microbatch statistics. The teaching loss ℓ(θ, y) = ½(θ − y)² has derivative θ − y.
 
-#include "normcheck/writer.hpp"
+#include "normcheck/documents/partition_writer.hpp"
 
 #include <optional>
 

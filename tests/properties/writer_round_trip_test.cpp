@@ -3,8 +3,8 @@
 #include "generators.hpp"
 #include "oracle.hpp"
 
-#include "normcheck/gradients.hpp"
-#include "normcheck/reader.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/documents/partition_reader.hpp"
 
 #include <doctest/doctest.h>
 

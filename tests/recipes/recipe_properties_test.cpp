@@ -1,8 +1,8 @@
 // Laws linking prove to the gradients: a recipe prove accepts matches the objective on random
 // partitions; one it rejects has a counterexample that really differs. A planted wrong prover is caught.
 
-#include "normcheck/gradients.hpp"
-#include "normcheck/prove.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/recipes/prove.hpp"
 #include "properties/generators.hpp"
 
 #include <doctest/doctest.h>

@@ -1,8 +1,8 @@
 // The recipe language: parsing, errors with their column, exact evaluation, and prove's verdicts.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/prove.hpp"
-#include "normcheck/reader.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/recipes/prove.hpp"
+#include "normcheck/documents/partition_reader.hpp"
 
 #include <doctest/doctest.h>
 

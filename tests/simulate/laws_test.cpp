@@ -3,7 +3,7 @@
 
 #include "scenario_builder.hpp"
 
-#include "normcheck/simulate.hpp"
+#include "normcheck/simulation/simulate.hpp"
 
 #include <doctest/doctest.h>
 #include <rapidcheck.h>

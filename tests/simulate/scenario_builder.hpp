@@ -1,7 +1,7 @@
 #pragma once
 // Building scenarios in code for the tests: tokens become the moments the reader would compute.
 
-#include "normcheck/scenario.hpp"
+#include "normcheck/documents/scenario.hpp"
 
 #include <optional>
 #include <utility>

@@ -1,7 +1,7 @@
 // Reading normcheck-scenario/1: what is accepted, and each rejection's code and place.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/scenario.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/documents/scenario.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,9 +2,9 @@
 
 #include "scenario_builder.hpp"
 
-#include "normcheck/check.hpp"
-#include "normcheck/gradients.hpp"
-#include "normcheck/simulate.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/simulation/simulate.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // The demos' numbers against the library on independently built updates, and their documents.
 
-#include "normcheck/demo.hpp"
-#include "normcheck/errors.hpp"
+#include "normcheck/teaching/demo.hpp"
+#include "normcheck/core/errors.hpp"
 
 #include <doctest/doctest.h>
 

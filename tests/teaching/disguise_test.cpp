@@ -1,7 +1,7 @@
 // The disguise demo's claim, checked against a direct recurrence written here from the definitions:
 // identical iterates under plain SGD and under momentum alone, parting with weight decay and with clipping.
 
-#include "normcheck/demo.hpp"
+#include "normcheck/teaching/demo.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // The optimization lab driven command by command.
 
-#include "normcheck/lab.hpp"
+#include "normcheck/teaching/lab.hpp"
 
 #include <doctest/doctest.h>
 #include <rapidcheck.h>

@@ -1,8 +1,8 @@
 // The SVG writer: numbers rounded with integers, escaping, scales, whole-file replacement, and the figures.
 
-#include "normcheck/demo.hpp"
-#include "normcheck/errors.hpp"
-#include "normcheck/svg.hpp"
+#include "normcheck/teaching/demo.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/teaching/svg.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Exact optimizer trajectories: each feature against a hand computation, and the laws they obey.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/trajectory.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/teaching/trajectory.hpp"
 
 #include <doctest/doctest.h>
 #include <rapidcheck.h>

@@ -1,6 +1,6 @@
 // Checking documents (check.hpp): the verdict, the failures in words, expected rejections, cut-off input.
 
-#include "normcheck/check.hpp"
+#include "normcheck/check/check.hpp"
 
 #include <doctest/doctest.h>
 

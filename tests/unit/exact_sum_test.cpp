@@ -1,6 +1,6 @@
 // Exact summation of literals (exact_sum.hpp), against the sum of the literals read one by one as rationals.
 
-#include "normcheck/exact_sum.hpp"
+#include "normcheck/core/exact_sum.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
 // The six gradient strategies (gradients.hpp) against values derived by hand. Each expected value is
 // written out with its derivation: Sᵣ = nᵣθ − Σy, then the local scalar, then the reducer.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/gradients.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/gradients.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // The pull JSON reader (json_reader.hpp): structure, strings, limits, and where each error is reported.
 
-#include "normcheck/json_reader.hpp"
+#include "normcheck/io/json_reader.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // The partition model (partition.hpp): counts, target sums and the teaching loss's derivative sums.
 
-#include "normcheck/partition.hpp"
+#include "normcheck/core/partition.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
 // Literal reading, canonical printing and approximation (rational.hpp). Expected values are built
 // independently of the reader: from integer parts and powers, never from the literal's text.
 
-#include "normcheck/errors.hpp"
-#include "normcheck/rational.hpp"
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/rational.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,7 +2,7 @@
 // the line:column it is reported at. Documents put one member per line, indented by two spaces, so a
 // key starts at column 3 and columns are easy to count.
 
-#include "normcheck/reader.hpp"
+#include "normcheck/documents/partition_reader.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
 // Printing results (report.hpp): the JSON document is parsed by an independent JSON library and its
 // documented fields are checked; the text report and the summary line are checked as people read them.
 
-#include "normcheck/check.hpp"
-#include "normcheck/report.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/check/report.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

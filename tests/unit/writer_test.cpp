@@ -1,8 +1,8 @@
-#include "normcheck/writer.hpp"
+#include "normcheck/documents/partition_writer.hpp"
 
-#include "normcheck/check.hpp"
-#include "normcheck/gradients.hpp"
-#include "normcheck/reader.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/documents/partition_reader.hpp"
 
 #include <doctest/doctest.h>
 

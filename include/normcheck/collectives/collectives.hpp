@@ -1,0 +1,119 @@
+#pragma once
+/// \file collectives/collectives.hpp
+/// Checking traces of collective calls: every rank must issue the same collectives, in the same
+/// order, with the same operation, group, reduce op, shape and dtype. A trace is JSON lines, one call
+/// per line, in one file per rank or one file for all; calls are compared step by step, position by
+/// position, and the first disagreement is reported with each rank's call side by side.
+
+#include "normcheck/core/errors.hpp"
+#include "normcheck/io/json_reader.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace normcheck {
+
+/// The collective operations a trace may name.
+enum class collective_op { all_reduce, broadcast, all_gather, reduce_scatter, barrier };
+
+/// The stable name, e.g. "all_reduce".
+std::string_view collective_op_name(collective_op op) noexcept;
+
+/// What must agree across ranks for one call. Optional fields absent from a line are empty strings
+/// (or no root) and are compared as written: absent differs from any value.
+struct call_signature {
+  collective_op op = collective_op::barrier;
+  std::string group;
+  std::string reduce_op;
+  std::vector<std::uint64_t> shape;
+  std::string dtype;
+  std::optional<std::uint64_t> root;  ///< broadcast's source rank, when the trace gives it
+
+  /// Equal signatures.
+  bool operator==(const call_signature&) const = default;
+};
+
+/// One call as read: its place in the run and indices into the trace's tables.
+struct collective_call {
+  std::uint32_t rank = 0;
+  std::uint32_t signature = 0;  ///< index into collective_trace::signatures
+  std::uint32_t tensor = 0;     ///< index into collective_trace::tensor_names
+  std::uint32_t file = 0;       ///< index into collective_trace::files
+  std::uint64_t step = 0;
+  std::uint64_t seq = 0;        ///< the rank's call counter: consecutive on each rank
+  std::uint64_t line = 0;       ///< 1-based line in its file
+};
+
+/// The calls of one or more trace files, with their distinct signatures and tensor names.
+class collective_trace {
+public:
+  /// Reads the JSON lines of `text`, naming it `source` in errors; blank lines are skipped.
+  /// Throws `error` (parse_error, schema_error, bad_number, …) located at file:line:column.
+  void add_text(std::string_view text, std::string source, const reader_limits& limits = {});
+  /// Reads a trace file within the reader's size limit.
+  void add_file(const std::filesystem::path& path, const reader_limits& limits = {});
+
+  /// Every call, in the order read.
+  const std::vector<collective_call>& calls() const noexcept { return calls_; }
+  /// The distinct signatures.
+  const std::vector<call_signature>& signatures() const noexcept { return signatures_; }
+  /// The distinct tensor names.
+  const std::vector<std::string>& tensor_names() const noexcept { return tensor_names_; }
+  /// The files read, in order.
+  const std::vector<std::string>& files() const noexcept { return files_; }
+
+private:
+  std::uint32_t intern_signature(const call_signature& signature);
+  std::uint32_t intern_name(std::string_view name);
+
+  std::vector<collective_call> calls_;
+  std::vector<call_signature> signatures_;
+  std::vector<std::string> tensor_names_;
+  std::vector<std::string> files_;
+  std::unordered_map<std::string, std::uint32_t> signature_index_;
+  std::unordered_map<std::string, std::uint32_t> name_index_;
+  std::string key_;  // reused to look signatures up without allocating
+};
+
+/// What a rank did at one position of one step.
+struct rank_call {
+  std::size_t rank = 0;
+  std::optional<std::size_t> call;  ///< index into calls(); none when the rank issued no call there
+};
+
+/// The first place where the ranks disagree.
+struct trace_problem {
+  bool missing_call = false;            ///< some rank did not issue a call the others did (would hang)
+  std::uint64_t step = 0;
+  std::uint64_t position = 0;           ///< 0-based position of the call within the step
+  std::vector<rank_call> side_by_side;  ///< every rank's call at (step, position)
+  std::vector<std::size_t> waiting;     ///< ranks that issued the call and would wait for the others
+  std::vector<std::size_t> missing;     ///< ranks that did not issue it
+  std::vector<std::string> notes;       ///< what differs, and what each odd rank did instead
+};
+
+/// The verdict on a trace.
+struct trace_verdict {
+  std::size_t world_size = 0;
+  std::uint64_t calls = 0;
+  std::uint64_t steps = 0;              ///< distinct steps seen
+  std::optional<trace_problem> first_problem;
+};
+
+/// Compares the ranks' sequences. W is `world_size` when given, else the largest rank + 1 (a rank
+/// with no line then misses every call). Throws `error(schema_error)` for an inconsistent trace: a
+/// seq repeated or skipped on a rank (a lost line), a step that goes backwards, a rank ≥ W.
+trace_verdict check_trace(const collective_trace& trace, std::optional<std::size_t> world_size = std::nullopt);
+
+/// Writes the verdict for people: the counts, then the first problem with each rank's call side by side.
+void print_trace_verdict(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict);
+/// Writes the verdict as one JSON document.
+void print_trace_verdict_json(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict);
+
+}  // namespace normcheck

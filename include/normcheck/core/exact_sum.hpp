@@ -1,0 +1,93 @@
+#pragma once
+/// \file core/exact_sum.hpp
+/// Exact summation of literals without a gcd per addition: decimal and binary literals are
+/// integers scaled by 2^a·5^b, so they are added as integers and turned into one canonical rational
+/// at the end. Literals whose significand fits in 64 bits (the usual case) are added in machine
+/// integers, one 128-bit sum per scale, and reach GMP only when the sum is asked for; the others at
+/// the smallest scale seen so far in a GMP integer; fractions p/q as rationals.
+
+#include "normcheck/core/rational.hpp"
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace normcheck {
+
+/// A decimal or hexadecimal literal taken apart into machine integers:
+/// (-1)^negative · significand · 2^exp2 · 5^exp5 (exp2 == exp5 for decimals, exp5 == 0 for hex).
+struct machine_literal {
+  bool negative = false;
+  std::uint64_t significand = 0;
+  std::int32_t exp2 = 0;
+  std::int32_t exp5 = 0;
+};
+
+/// The fast path beside `parse_literal`: reads an ordinary decimal or hexadecimal literal straight into
+/// machine integers. Returns false, leaving the literal to `parse_literal`, for anything else: fractions,
+/// more than 19 significant decimal (16 hexadecimal) digits, and everything `parse_literal` rejects.
+/// Where it returns true, `parse_literal` accepts the text with the same value. Never throws or allocates.
+bool scan_machine_literal(std::string_view text, literal_form form, const number_limits& limits,
+                          machine_literal& out) noexcept;
+
+/// `scan_machine_literal` on the longest prefix of `text` that can be one literal: reads up to the first
+/// character that cannot continue it and returns the length read (0: not taken). A reader that finds a
+/// delimiter there has read the same literal, with the same value, as `scan_machine_literal` on the token.
+std::size_t scan_machine_prefix(std::string_view text, literal_form form, const number_limits& limits,
+                                machine_literal& out) noexcept;
+
+/// The parts `parse_literal` would give for a literal read by `scan_machine_literal`.
+literal_parts to_parts(const machine_literal& literal);
+
+/// A running exact sum of literals.
+class exact_sum {
+public:
+  /// Adds one literal.
+  void add(const literal_parts& term);
+  /// Adds one literal read by `scan_machine_literal`; allocates only when a new scale displaces one.
+  void add(const machine_literal& term) {
+    if (term.significand == 0) return;
+    // The exponents of one input tend to lie in a short run: e ↦ e ^ (e << 4) is one-to-one on any
+    // 32 consecutive decimal exponents (exp2 == exp5 == e), and so is e ↦ e on binary ones (exp5 == 0).
+    const std::size_t index =
+        (static_cast<std::uint32_t>(term.exp2) ^ (static_cast<std::uint32_t>(term.exp5) << 4)) % bucket_count;
+    bucket& b = buckets_[index];
+    if (!b.used || b.exp2 != term.exp2 || b.exp5 != term.exp5) {
+      if (b.used) spill(b);
+      b.used = true;
+      b.exp2 = term.exp2;
+      b.exp5 = term.exp5;
+    }
+    if (term.negative) b.negative += term.significand;
+    else b.positive += term.significand;
+  }
+  /// Adds an exact rational.
+  void add(const rational& term);
+  /// The exact sum, canonical.
+  rational value() const;
+
+private:
+  __extension__ typedef unsigned __int128 wide;
+
+  // The machine-integer sums of one scale 2^exp2·5^exp5. Each term is below 2^64 and a sum holds
+  // fewer than 2^64 terms, so neither sum can overflow 128 bits.
+  struct bucket {
+    std::int32_t exp2 = 0;
+    std::int32_t exp5 = 0;
+    bool used = false;
+    wide positive = 0;
+    wide negative = 0;
+  };
+  static constexpr std::size_t bucket_count = 32;
+
+  void spill(bucket& b);
+
+  std::array<bucket, bucket_count> buckets_{};
+  integer scaled_;          // Σ of scaled literals, in units of 2^exp2_ · 5^exp5_
+  std::int64_t exp2_ = 0;
+  std::int64_t exp5_ = 0;
+  bool any_scaled_ = false;
+  rational fractions_;
+};
+
+}  // namespace normcheck

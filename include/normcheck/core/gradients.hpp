@@ -1,0 +1,54 @@
+#pragma once
+/// \file core/gradients.hpp
+/// The gradient strategies: what DDP delivers when every rank backpropagates a given local scalar
+/// and the reducer combines the ranks' gradients ((1/W)Σ for mean, Σ for sum).
+
+#include "normcheck/core/partition.hpp"
+
+#include <array>
+#include <optional>
+#include <string_view>
+
+namespace normcheck {
+
+/// A local backward scalar, or the objective itself. Under the weighted objective Sᵣ is the weighted
+/// loss sum Σwᵢℓᵢ and each count takes its mass: N → M, nᵣ → mᵣ, nᵣₘ → mᵣₘ.
+enum class strategy {
+  global_mean,      ///< ΣSᵣ/N: the gradient of the (weighted) token-mean objective, whatever the reducer
+  local_mean,       ///< each rank Sᵣ/nᵣ (undefined when a rank has no valid token)
+  local_sum,        ///< each rank Sᵣ
+  scaled_sum,       ///< each rank W·Sᵣ/N (correct under the mean reducer)
+  global_share,     ///< each rank Sᵣ/N (correct under the sum reducer)
+  microbatch_mean,  ///< each rank (1/Gᵣ)Σₘ Sᵣₘ/nᵣₘ (undefined when a microbatch is empty)
+};
+
+/// Every strategy, in report order.
+inline constexpr std::array<strategy, 6> all_strategies{
+    strategy::global_mean, strategy::local_mean,   strategy::local_sum,
+    strategy::scaled_sum,  strategy::global_share, strategy::microbatch_mean};
+
+/// The stable name, e.g. "scaled_sum".
+std::string_view strategy_name(strategy s) noexcept;
+/// The strategy named `name`, if any.
+std::optional<strategy> strategy_from_name(std::string_view name) noexcept;
+/// The local scalar each rank backpropagates, e.g. "W·Sᵣ/N" (or "W·Sᵣ/M" under the weighted objective).
+std::string_view strategy_formula(strategy s, objective_kind objective = objective_kind::token_mean) noexcept;
+/// What the strategy divides by: "N", "nᵣ", "nᵣₘ" or "none" under the token mean; "M", "mᵣ", "mᵣₘ" under
+/// the weighted one.
+std::string_view strategy_denominator(strategy s, objective_kind objective = objective_kind::token_mean) noexcept;
+
+/// The synchronized gradient under `p.reducer`, or nullopt where the strategy is undefined (a rank or
+/// microbatch whose count, or mass, it divides by is 0).
+/// Throws `error(no_valid_tokens)` when N = 0: the update has no objective to compare against.
+std::optional<rational> gradient(const partition& p, strategy s);
+
+/// All strategies' gradients, indexed like `all_strategies`.
+using gradient_set = std::array<std::optional<rational>, all_strategies.size()>;
+/// Computes every strategy; throws `error(no_valid_tokens)` when N = 0.
+gradient_set compute_gradients(const partition& p);
+
+/// Throws `error(no_valid_tokens)` when the update holds no valid token, or under the weighted objective
+/// when every valid token weighs 0 (M = 0).
+void require_valid_tokens(const partition& p);
+
+}  // namespace normcheck

@@ -1,0 +1,166 @@
+#pragma once
+/// \file core/partition.hpp
+/// A partitioned token set: the valid tokens of one optimizer update, dealt to W ranks and, on each
+/// rank, to the microbatches accumulated into the update. The model keeps per microbatch exactly the
+/// sums the gradients need, not the tokens, so a reader can build it without storing tokens.
+
+#include "normcheck/core/exact_sum.hpp"
+#include "normcheck/core/rational.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace normcheck {
+
+/// How the gradient all-reduce combines the ranks' gradients.
+enum class reducer_kind {
+  mean,  ///< sum across ranks, then divide by W (DDP's default)
+  sum,   ///< sum across ranks without dividing (e.g. a summing communication hook)
+};
+
+/// "mean" or "sum".
+std::string_view reducer_name(reducer_kind reducer) noexcept;
+
+/// What one update's optimizer step minimizes.
+enum class objective_kind {
+  token_mean,           ///< L = Σℓᵢ / N: every valid token counts once
+  weighted_token_mean,  ///< L = Σwᵢℓᵢ / M with M = Σwᵢ: tokens carry exact non-negative weights
+};
+
+/// "token_mean" or "weighted_token_mean".
+std::string_view objective_name(objective_kind objective) noexcept;
+
+/// The weighted sums of one microbatch's valid tokens.
+struct weighted_sums {
+  rational mass;             ///< Σ w
+  rational target_sum;       ///< Σ w·y
+  rational target_abs_sum;   ///< Σ w·|y|
+};
+
+/// One microbatch: how many valid tokens it holds, how many padded positions, and its target sums.
+struct microbatch_stats {
+  std::uint64_t valid_tokens = 0;
+  std::uint64_t padding = 0;
+  rational target_sum;      ///< Σ y over valid tokens
+  rational target_abs_sum;  ///< Σ |y| over valid tokens (for error bounds)
+  /// Set when the tokens carry weights (the weighted objective); without weights every token weighs 1.
+  std::optional<weighted_sums> weighted;
+
+  /// mₘ: the weight mass, Σw; the valid-token count nₘ when the tokens carry no weights.
+  rational mass() const;
+  /// Σ w·y (Σ y without weights).
+  const rational& weighted_target_sum() const { return weighted ? weighted->target_sum : target_sum; }
+  /// Σ w·|y| (Σ |y| without weights).
+  const rational& weighted_target_abs_sum() const { return weighted ? weighted->target_abs_sum : target_abs_sum; }
+};
+
+/// One rank's share of the update, microbatches in order (at least one).
+struct rank_stats {
+  std::vector<microbatch_stats> microbatches;
+
+  /// nᵣ: valid tokens over all microbatches.
+  std::uint64_t valid_tokens() const;
+  /// Padded positions over all microbatches.
+  std::uint64_t padding() const;
+  /// Σ y over the rank's valid tokens.
+  rational target_sum() const;
+  /// mᵣ: the weight mass over all microbatches (nᵣ without weights).
+  rational mass() const;
+};
+
+/// The update: ranks in rank order, the reducer, the parameter value θ and the objective. Under the
+/// weighted objective every microbatch carries `weighted` sums; under the token mean none does.
+struct partition {
+  std::vector<rank_stats> ranks;
+  reducer_kind reducer = reducer_kind::mean;
+  rational theta;
+  objective_kind objective = objective_kind::token_mean;
+
+  /// W: the ranks in the reduction.
+  std::uint64_t world_size() const { return ranks.size(); }
+  /// N: valid tokens of the whole update.
+  std::uint64_t valid_tokens() const;
+  /// M: the weight mass of the whole update (N without weights).
+  rational mass() const;
+};
+
+/// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy,
+/// and with weights Σw·(θ−y) = m·θ − Σw·y.
+rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta);
+/// Sᵣ: a rank's derivative sum over all its microbatches.
+rational loss_gradient_sum(const rank_stats& rank, const rational& theta);
+
+/// Accumulates one microbatch token by token, exactly and without storing tokens.
+class microbatch_builder {
+public:
+  /// A builder for unweighted tokens, or with `weighted` for tokens that each carry a weight: `finish`
+  /// then reports the weighted sums (all 0 for a microbatch without a valid token).
+  explicit microbatch_builder(bool weighted = false) : weighted_(weighted) {}
+
+  /// Adds a valid token given as a literal.
+  void add_token(const literal_parts& target);
+  /// Adds a valid token read by `scan_machine_literal` (the streaming path: no allocation per token).
+  void add_token(const machine_literal& target) {
+    ++valid_tokens_;
+    machine_literal magnitude = target;
+    magnitude.negative = false;
+    (target.negative ? negative_ : positive_).add(magnitude);
+  }
+  /// Adds a valid token given as a rational.
+  void add_token(const rational& target);
+  /// Adds a valid token and its weight (w ≥ 0, checked by the caller) to a weighted builder, whose every
+  /// valid token must come with a weight.
+  void add_weighted_token(const literal_parts& target, const literal_parts& weight);
+  /// The same for values given as rationals.
+  void add_weighted_token(const rational& target, const rational& weight);
+  /// The same for literals read by `scan_machine_literal`: when the product of the significands fits in 64
+  /// bits (short decimals) it is summed in machine integers, with no allocation.
+  void add_weighted_token(const machine_literal& target, const machine_literal& weight);
+  /// Adds a position that holds no valid token.
+  void add_padding() { ++padding_; }
+  /// The microbatch's statistics.
+  microbatch_stats finish() const;
+
+private:
+  std::uint64_t valid_tokens_ = 0;
+  std::uint64_t padding_ = 0;
+  exact_sum positive_;  // Σ of the non-negative targets
+  exact_sum negative_;  // Σ of |y| over the negative targets
+  // Counts a weighted token's weight.
+  template <typename Weight>
+  void add_weight(const Weight& weight) {
+    ++weighted_tokens_;
+    mass_.add(weight);
+  }
+
+  bool weighted_ = false;
+  std::uint64_t weighted_tokens_ = 0;
+  exact_sum mass_;               // Σ w
+  exact_sum weighted_positive_;  // Σ w·y over the non-negative targets
+  exact_sum weighted_negative_;  // Σ w·|y| over the negative targets
+};
+
+/// A token value, or nullopt for padding.
+using token = std::optional<rational>;
+
+/// Statistics of one microbatch given by its tokens.
+microbatch_stats summarize(const std::vector<token>& tokens);
+
+/// A partition with one microbatch per rank, from explicit tokens (tests, demos, reference checks).
+partition make_partition(const std::vector<std::vector<token>>& ranks, const rational& theta = 0,
+                         reducer_kind reducer = reducer_kind::mean);
+
+/// A partition from explicit microbatches per rank.
+partition make_accumulated_partition(const std::vector<std::vector<std::vector<token>>>& ranks, const rational& theta = 0,
+                         reducer_kind reducer = reducer_kind::mean);
+
+/// Tokens with weights, both shaped ranks → microbatches → positions: the weighted objective. A weight
+/// stands beside each valid token (nullopt beside padding). Throws `error(schema_error)` when the shapes
+/// differ and `error(bad_number)` for a negative weight.
+partition make_weighted_partition(const std::vector<std::vector<std::vector<token>>>& ranks,
+                                  const std::vector<std::vector<std::vector<token>>>& weights,
+                                  const rational& theta = 0, reducer_kind reducer = reducer_kind::mean);
+
+}  // namespace normcheck

@@ -1,0 +1,46 @@
+#pragma once
+/// \file documents/partition_writer.hpp
+/// Writing normcheck/1 documents from explicit tokens: the inverse of `read_partition`, so that a
+/// generated or computed update becomes a file that `normcheck check` replays.
+
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/documents/partition_reader.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normcheck {
+
+/// Explicit tokens of an update: ranks → microbatches → token values (nullopt = padding).
+struct token_partition {
+  std::vector<std::vector<std::vector<token>>> ranks;
+  rational theta;
+  reducer_kind reducer = reducer_kind::mean;
+  /// Token weights shaped like `ranks` (nullopt beside padding); when given, the objective is the
+  /// weighted token mean. Empty: the token mean.
+  std::vector<std::vector<std::vector<token>>> weights;
+};
+
+/// The partition the tokens describe.
+partition to_partition(const token_partition& tokens);
+
+/// Options of a written document.
+struct document_options {
+  std::string description;
+  std::vector<expectation> expect;
+  std::optional<error_code> expect_error;
+  bool declare_world_size = false;
+  std::optional<std::string> recipe_scale;            ///< writes a `recipe` with this scale expression
+  reducer_kind recipe_reducer = reducer_kind::mean;   ///< the recipe's reducer
+};
+
+/// A complete normcheck/1 document (JSON text, canonical exact values: integers as JSON numbers, other
+/// rationals as "p/q" strings), readable by read_partition. Ranks with one microbatch are written with
+/// "targets", others with "microbatches"; weights, when given, beside them with the weighted objective. Throws `error(schema_error)` for what no document can say (no
+/// rank, a rank without a microbatch, a gradient expected twice, an `expect_error` a document cannot
+/// produce) and `error(number_out_of_range)` for a value longer than the reader's default digit limit.
+std::string write_document(const token_partition& tokens, const document_options& options = {});
+
+}  // namespace normcheck

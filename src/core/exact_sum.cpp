@@ -1,0 +1,292 @@
+#include "normcheck/core/exact_sum.hpp"
+
+#include <bit>
+#include <cstring>
+
+namespace normcheck {
+
+namespace {
+
+__extension__ typedef unsigned __int128 uint128;
+
+// Exponents and digit counts beyond this are left to parse_literal, so that every exponent the fast
+// path produces fits comfortably in 32 bits.
+constexpr std::int64_t fast_exponent_bound = 1 << 29;
+
+bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
+
+// The value of each hexadecimal digit, -1 for every other byte.
+constexpr std::array<std::int8_t, 256> hex_values = [] {
+  std::array<std::int8_t, 256> table{};
+  for (int c = 0; c < 256; ++c) {
+    table[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c >= '0' && c <= '9'   ? c - '0'
+                                                                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                                                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                                                         : -1);
+  }
+  return table;
+}();
+
+int hex_value(char c) { return hex_values[static_cast<unsigned char>(c)]; }
+
+constexpr std::uint64_t powers_of_ten[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+// The digits that start the eight bytes at p, as one number, and how many there are (0 to 8), read in
+// a few multiplications instead of a loop (SWAR). Only the bytes before the first non-digit are used:
+// digits neither borrow nor carry between bytes, so the first non-digit is found exactly.
+unsigned leading_digits(const char* p, std::uint64_t& value) {
+  if constexpr (std::endian::native != std::endian::little) return 0;
+  std::uint64_t chunk;
+  std::memcpy(&chunk, p, 8);
+  const std::uint64_t low = chunk - 0x3030303030303030ull;   // a byte below '0' sets its top bit
+  const std::uint64_t high = chunk + 0x4646464646464646ull;  // a byte above '9' sets its top bit
+  const std::uint64_t non_digits = (low | high) & 0x8080808080808080ull;
+  const unsigned count = non_digits == 0 ? 8u : static_cast<unsigned>(std::countr_zero(non_digits)) / 8;
+  if (count == 0) return 0;
+  // The digits move to the high bytes (the low digits of an eight-digit number), zeros fill the rest.
+  chunk = count == 8 ? low : low << (64 - 8 * count);
+  chunk = (chunk * 10) + (chunk >> 8);
+  chunk = (((chunk & 0x000000FF000000FFull) * 0x000F424000000064ull) +
+           (((chunk >> 16) & 0x000000FF000000FFull) * 0x0000271000000001ull)) >> 32;
+  value = chunk;
+  return count;
+}
+
+// The largest significand that still takes one more hexadecimal digit without leaving 64 bits.
+constexpr std::uint64_t max_before_hex_digit = UINT64_MAX >> 4;
+
+// significand · scale + digits, false when it leaves 64 bits.
+bool append_digits(std::uint64_t& significand, std::uint64_t scale, std::uint64_t digits) {
+  std::uint64_t shifted;
+  return !__builtin_mul_overflow(significand, scale, &shifted) && !__builtin_add_overflow(shifted, digits, &significand);
+}
+
+// Reads decimal digits from p into `significand`, stopping at the first non-digit; nullptr when the
+// value leaves 64 bits (the caller then leaves the literal to parse_literal).
+const char* read_decimal_digits(const char* p, const char* end, std::uint64_t& significand) {
+  while (end - p >= 8) {
+    std::uint64_t digits = 0;
+    const unsigned count = leading_digits(p, digits);
+    if (count == 0) return p;
+    if (!append_digits(significand, powers_of_ten[count], digits)) return nullptr;
+    p += count;
+    if (count < 8) return p;
+  }
+  for (; p != end && is_digit(*p); ++p)
+    if (!append_digits(significand, 10, static_cast<std::uint64_t>(*p - '0'))) return nullptr;
+  return p;
+}
+
+// Reads hexadecimal digits from p into `significand`, as read_decimal_digits does.
+const char* read_hex_digits(const char* p, const char* end, std::uint64_t& significand) {
+  for (; p != end; ++p) {
+    const int value = hex_value(*p);
+    if (value < 0) break;
+    if (significand > max_before_hex_digit) return nullptr;
+    significand = (significand << 4) | static_cast<std::uint64_t>(value);
+  }
+  return p;
+}
+
+// "[+-]digits" of an exponent; false when malformed or beyond `bound`.
+bool read_exponent(const char*& p, const char* end, std::int64_t bound, std::int64_t& exponent) {
+  bool negative = false;
+  if (p != end && (*p == '+' || *p == '-')) {
+    negative = *p == '-';
+    ++p;
+  }
+  if (p == end || !is_digit(*p)) return false;
+  std::int64_t value = 0;
+  while (p != end && is_digit(*p)) {
+    value = value * 10 + (*p - '0');
+    if (value > bound) return false;
+    ++p;
+  }
+  exponent = negative ? -value : value;
+  return true;
+}
+
+// The scanners read a literal from p and return where it stops, or nullptr when they do not take it.
+// The stop is the first character that cannot continue the literal; the caller decides whether the
+// literal may end there.
+const char* scan_decimal(const char* p, const char* end, std::int64_t bound, std::size_t max_digits,
+                         machine_literal& out) {
+  const char* const whole_start = p;
+  std::uint64_t significand = 0;
+  if (p == end || !is_digit(*p)) return nullptr;
+  if (*p == '0' && p + 1 != end && is_digit(p[1])) return nullptr;  // a leading zero
+  p = read_decimal_digits(p, end, significand);
+  if (p == nullptr) return nullptr;
+  std::size_t digits = static_cast<std::size_t>(p - whole_start);
+  std::int64_t fraction_digits = 0;
+  if (p != end && *p == '.') {
+    const char* const fraction_start = ++p;
+    p = read_decimal_digits(p, end, significand);
+    if (p == nullptr || p == fraction_start) return nullptr;
+    fraction_digits = p - fraction_start;
+    digits += static_cast<std::size_t>(fraction_digits);
+  }
+  if (digits > max_digits || fraction_digits > fast_exponent_bound) return nullptr;
+  std::int64_t exponent = 0;
+  if (p != end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    if (!read_exponent(p, end, bound, exponent)) return nullptr;
+  }
+  out.significand = significand;
+  out.exp2 = out.exp5 = static_cast<std::int32_t>(exponent - fraction_digits);
+  return p;
+}
+
+const char* scan_hexadecimal(const char* p, const char* end, std::int64_t bound, std::size_t max_digits,
+                             machine_literal& out) {
+  const char* const whole_start = p;
+  std::uint64_t significand = 0;
+  p = read_hex_digits(p, end, significand);
+  if (p == nullptr) return nullptr;
+  std::size_t digits = static_cast<std::size_t>(p - whole_start);
+  std::int64_t fraction_digits = 0;
+  if (p != end && *p == '.') {
+    const char* const fraction_start = ++p;
+    p = read_hex_digits(p, end, significand);
+    if (p == nullptr) return nullptr;
+    fraction_digits = p - fraction_start;
+    digits += static_cast<std::size_t>(fraction_digits);
+  }
+  if (digits == 0 || digits > max_digits || fraction_digits > fast_exponent_bound) return nullptr;
+  if (p == end || (*p != 'p' && *p != 'P')) return nullptr;
+  ++p;
+  std::int64_t exponent = 0;
+  if (!read_exponent(p, end, bound, exponent)) return nullptr;
+  out.significand = significand;
+  out.exp2 = static_cast<std::int32_t>(exponent - 4 * fraction_digits);
+  out.exp5 = 0;
+  return p;
+}
+
+integer to_integer(uint128 value) {
+  integer result = static_cast<std::uint64_t>(value >> 64);
+  mpz_ptr z = result.backend().data();
+  mpz_mul_2exp(z, z, 64);
+  mpz_add_ui(z, z, static_cast<unsigned long>(static_cast<std::uint64_t>(value)));
+  return result;
+}
+
+// value · base^exponent for exponent >= 0, in place.
+void scale_up(integer& value, unsigned long base, std::int64_t exponent) {
+  if (exponent <= 0 || value == 0) return;
+  mpz_ptr z = value.backend().data();
+  if (base == 2) {
+    mpz_mul_2exp(z, z, static_cast<mp_bitcnt_t>(exponent));
+    return;
+  }
+  integer power;
+  mpz_ui_pow_ui(power.backend().data(), base, static_cast<unsigned long>(exponent));
+  mpz_mul(z, z, power.backend().data());
+}
+
+// A GMP sum at a common scale 2^exp2 · 5^exp5, lowered when a finer term arrives.
+struct common_scale_sum {
+  integer& sum;
+  std::int64_t& exp2;
+  std::int64_t& exp5;
+  bool& any;
+
+  void add(integer value, bool negative, std::int64_t term_exp2, std::int64_t term_exp5) {
+    if (!any) {
+      exp2 = term_exp2;
+      exp5 = term_exp5;
+      any = true;
+    }
+    if (term_exp2 < exp2) {
+      scale_up(sum, 2, exp2 - term_exp2);
+      exp2 = term_exp2;
+    }
+    if (term_exp5 < exp5) {
+      scale_up(sum, 5, exp5 - term_exp5);
+      exp5 = term_exp5;
+    }
+    scale_up(value, 2, term_exp2 - exp2);
+    scale_up(value, 5, term_exp5 - exp5);
+    if (negative) sum -= value;
+    else sum += value;
+  }
+};
+
+}  // namespace
+
+std::size_t scan_machine_prefix(std::string_view text, literal_form form, const number_limits& limits,
+                                machine_literal& out) noexcept {
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  out.negative = false;
+  if (p != end && *p == '-') {
+    out.negative = true;
+    ++p;
+  }
+  const std::int64_t bound = limits.max_exponent < fast_exponent_bound ? limits.max_exponent : fast_exponent_bound;
+  const char* stop;
+  if (form == literal_form::json_string && end - p >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
+    stop = scan_hexadecimal(p + 2, end, bound, limits.max_digits, out);
+  else
+    stop = scan_decimal(p, end, bound, limits.max_digits, out);
+  if (stop == nullptr) return 0;
+  if (out.significand == 0) out.negative = false;
+  return static_cast<std::size_t>(stop - text.data());
+}
+
+bool scan_machine_literal(std::string_view text, literal_form form, const number_limits& limits,
+                          machine_literal& out) noexcept {
+  return !text.empty() && scan_machine_prefix(text, form, limits, out) == text.size();
+}
+
+literal_parts to_parts(const machine_literal& literal) {
+  literal_parts parts;
+  parts.negative = literal.negative;
+  parts.significand = literal.significand;
+  parts.exp2 = literal.exp2;
+  parts.exp5 = literal.exp5;
+  return parts;
+}
+
+void exact_sum::add(const literal_parts& term) {
+  if (term.denominator != 1) {
+    rational fraction = to_rational(term);
+    fractions_ += fraction;
+    return;
+  }
+  common_scale_sum{scaled_, exp2_, exp5_, any_scaled_}.add(term.significand, term.negative, term.exp2, term.exp5);
+}
+
+void exact_sum::spill(bucket& b) {
+  common_scale_sum target{scaled_, exp2_, exp5_, any_scaled_};
+  if (b.positive != 0) target.add(to_integer(b.positive), false, b.exp2, b.exp5);
+  if (b.negative != 0) target.add(to_integer(b.negative), true, b.exp2, b.exp5);
+  b = bucket{};
+}
+
+void exact_sum::add(const rational& term) {
+  fractions_ += term;
+}
+
+rational exact_sum::value() const {
+  integer sum = scaled_;
+  std::int64_t exp2 = exp2_;
+  std::int64_t exp5 = exp5_;
+  bool any = any_scaled_;
+  common_scale_sum total{sum, exp2, exp5, any};
+  for (const bucket& b : buckets_) {
+    if (!b.used) continue;
+    if (b.positive != 0) total.add(to_integer(b.positive), false, b.exp2, b.exp5);
+    if (b.negative != 0) total.add(to_integer(b.negative), true, b.exp2, b.exp5);
+  }
+  literal_parts parts;
+  parts.negative = sum < 0;
+  parts.significand = abs(sum);
+  parts.exp2 = exp2;
+  parts.exp5 = exp5;
+  rational result = to_rational(parts);
+  result += fractions_;
+  return result;
+}
+
+}  // namespace normcheck

@@ -1,0 +1,235 @@
+#include "normcheck/core/partition.hpp"
+
+#include "normcheck/core/errors.hpp"
+
+namespace normcheck {
+
+namespace {
+
+// The exact product of two literals, still in parts: significands and denominators multiply, exponents add.
+literal_parts product(const literal_parts& a, const literal_parts& b) {
+  literal_parts p;
+  p.negative = a.negative != b.negative;
+  p.significand = a.significand * b.significand;
+  p.denominator = a.denominator * b.denominator;
+  p.exp2 = a.exp2 + b.exp2;
+  p.exp5 = a.exp5 + b.exp5;
+  return p;
+}
+
+}  // namespace
+
+std::string_view objective_name(objective_kind objective) noexcept {
+  return objective == objective_kind::token_mean ? "token_mean" : "weighted_token_mean";
+}
+
+rational microbatch_stats::mass() const {
+  return weighted ? weighted->mass : rational(valid_tokens);
+}
+
+rational rank_stats::mass() const {
+  rational total;
+  for (const microbatch_stats& m : microbatches) total += m.mass();
+  return total;
+}
+
+rational partition::mass() const {
+  rational total;
+  for (const rank_stats& r : ranks) total += r.mass();
+  return total;
+}
+
+std::string_view reducer_name(reducer_kind reducer) noexcept {
+  return reducer == reducer_kind::mean ? "mean" : "sum";
+}
+
+std::uint64_t rank_stats::valid_tokens() const {
+  std::uint64_t total = 0;
+  for (const microbatch_stats& m : microbatches) total += m.valid_tokens;
+  return total;
+}
+
+std::uint64_t rank_stats::padding() const {
+  std::uint64_t total = 0;
+  for (const microbatch_stats& m : microbatches) total += m.padding;
+  return total;
+}
+
+rational rank_stats::target_sum() const {
+  rational total;
+  for (const microbatch_stats& m : microbatches) total += m.target_sum;
+  return total;
+}
+
+std::uint64_t partition::valid_tokens() const {
+  std::uint64_t total = 0;
+  for (const rank_stats& r : ranks) total += r.valid_tokens();
+  return total;
+}
+
+rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta) {
+  rational sum = theta * microbatch.mass();
+  sum -= microbatch.weighted_target_sum();
+  return sum;
+}
+
+rational loss_gradient_sum(const rank_stats& rank, const rational& theta) {
+  rational sum;
+  for (const microbatch_stats& m : rank.microbatches) sum += loss_gradient_sum(m, theta);
+  return sum;
+}
+
+void microbatch_builder::add_token(const literal_parts& target) {
+  ++valid_tokens_;
+  if (target.negative) {
+    literal_parts magnitude = target;
+    magnitude.negative = false;
+    negative_.add(magnitude);
+  } else {
+    positive_.add(target);
+  }
+}
+
+void microbatch_builder::add_token(const rational& target) {
+  ++valid_tokens_;
+  if (target < 0) {
+    rational magnitude = -target;
+    negative_.add(magnitude);
+  } else {
+    positive_.add(target);
+  }
+}
+
+void microbatch_builder::add_weighted_token(const literal_parts& target, const literal_parts& weight) {
+  add_token(target);
+  add_weight(weight);
+  literal_parts term = product(target, weight);
+  term.negative = false;
+  (target.negative ? weighted_negative_ : weighted_positive_).add(term);
+}
+
+void microbatch_builder::add_weighted_token(const machine_literal& target, const machine_literal& weight) {
+  add_token(target);
+  add_weight(weight);
+  __extension__ typedef unsigned __int128 wide;
+  const wide significand = static_cast<wide>(target.significand) * weight.significand;
+  exact_sum& sum = target.negative ? weighted_negative_ : weighted_positive_;
+  // Exponents are bounded by the literal limits (far inside 32 bits), so their sums cannot overflow.
+  const std::int64_t exp2 = std::int64_t{target.exp2} + weight.exp2;
+  const std::int64_t exp5 = std::int64_t{target.exp5} + weight.exp5;
+  if ((significand >> 64) == 0 && exp2 == static_cast<std::int32_t>(exp2) && exp5 == static_cast<std::int32_t>(exp5)) {
+    machine_literal term;
+    term.significand = static_cast<std::uint64_t>(significand);
+    term.exp2 = static_cast<std::int32_t>(exp2);
+    term.exp5 = static_cast<std::int32_t>(exp5);
+    sum.add(term);
+    return;
+  }
+  literal_parts term = product(to_parts(target), to_parts(weight));
+  term.negative = false;
+  sum.add(term);
+}
+
+void microbatch_builder::add_weighted_token(const rational& target, const rational& weight) {
+  add_token(target);
+  add_weight(weight);
+  rational term = target * weight;
+  if (term < 0) {
+    rational magnitude = -term;
+    weighted_negative_.add(magnitude);
+  } else {
+    weighted_positive_.add(term);
+  }
+}
+
+microbatch_stats microbatch_builder::finish() const {
+  microbatch_stats stats;
+  stats.valid_tokens = valid_tokens_;
+  stats.padding = padding_;
+  rational positive = positive_.value();
+  rational negative = negative_.value();
+  stats.target_sum = positive - negative;
+  stats.target_abs_sum = positive + negative;
+  if (weighted_tokens_ != (weighted_ ? valid_tokens_ : 0))
+    throw error(error_code::schema_error, "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
+  if (weighted_) {
+    weighted_sums sums;
+    sums.mass = mass_.value();
+    rational weighted_positive = weighted_positive_.value();
+    rational weighted_negative = weighted_negative_.value();
+    sums.target_sum = weighted_positive - weighted_negative;
+    sums.target_abs_sum = weighted_positive + weighted_negative;
+    stats.weighted = std::move(sums);
+  }
+  return stats;
+}
+
+microbatch_stats summarize(const std::vector<token>& tokens) {
+  microbatch_builder builder;
+  for (const token& t : tokens) {
+    if (t) builder.add_token(*t);
+    else builder.add_padding();
+  }
+  return builder.finish();
+}
+
+partition make_partition(const std::vector<std::vector<token>>& ranks, const rational& theta,
+                         reducer_kind reducer) {
+  partition p;
+  p.theta = theta;
+  p.reducer = reducer;
+  for (const auto& tokens : ranks) p.ranks.push_back(rank_stats{{summarize(tokens)}});
+  return p;
+}
+
+partition make_accumulated_partition(const std::vector<std::vector<std::vector<token>>>& ranks,
+                                     const rational& theta, reducer_kind reducer) {
+  partition p;
+  p.theta = theta;
+  p.reducer = reducer;
+  for (const auto& microbatches : ranks) {
+    rank_stats rank;
+    for (const auto& tokens : microbatches) rank.microbatches.push_back(summarize(tokens));
+    p.ranks.push_back(std::move(rank));
+  }
+  return p;
+}
+
+partition make_weighted_partition(const std::vector<std::vector<std::vector<token>>>& ranks,
+                                  const std::vector<std::vector<std::vector<token>>>& weights, const rational& theta,
+                                  reducer_kind reducer) {
+  auto mismatch = [](const std::string& where) {
+    throw error(error_code::schema_error, "weights must have the shape of the targets: " + where);
+  };
+  if (weights.size() != ranks.size()) mismatch("one list per rank");
+  partition p;
+  p.theta = theta;
+  p.reducer = reducer;
+  p.objective = objective_kind::weighted_token_mean;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (weights[r].size() != ranks[r].size()) mismatch("rank " + std::to_string(r) + " has another number of microbatches");
+    rank_stats rank;
+    for (std::size_t m = 0; m < ranks[r].size(); ++m) {
+      const std::vector<token>& tokens = ranks[r][m];
+      const std::vector<token>& w = weights[r][m];
+      if (w.size() != tokens.size())
+        mismatch("rank " + std::to_string(r) + ", microbatch " + std::to_string(m) + " has another length");
+      microbatch_builder builder(true);
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i].has_value() != w[i].has_value())
+          mismatch("a weight stands beside each valid token and null beside each padded position");
+        if (!tokens[i]) {
+          builder.add_padding();
+          continue;
+        }
+        if (*w[i] < 0) throw error(error_code::bad_number, "a token weight must not be negative, found " + to_string(*w[i]));
+        builder.add_weighted_token(*tokens[i], *w[i]);
+      }
+      rank.microbatches.push_back(builder.finish());
+    }
+    p.ranks.push_back(std::move(rank));
+  }
+  return p;
+}
+
+}  // namespace normcheck

@@ -1,0 +1,709 @@
+#include "normcheck/documents/partition_reader.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace normcheck {
+
+namespace {
+
+constexpr std::string_view top_level_keys =
+    "format, ranks, world_size, reducer, theta, objective, description, expect, expect_error, observed, expect_gate, recipe";
+
+// Reads one document; each member's reader validates its value where it stands.
+class document_reader {
+public:
+  document_reader(std::string_view text, std::string source, const reader_limits& limits)
+      : json_(text, std::move(source), limits) {}
+
+  partition_file read() {
+    if (json_.peek() != json_kind::object) json_.fail_type("a normcheck/1 document", "a JSON object");
+    json_.begin_object();
+    std::string_view key;
+    bool saw_format = false;
+    bool saw_ranks = false;
+    std::uint64_t ranks_offset = 0;
+    std::uint64_t world_size_offset = 0;
+    std::uint64_t observed_offset = 0;
+    recipe_reducer_given = false;
+    while (json_.next_member(key)) {
+      if (key == "format") {
+        read_format();
+        saw_format = true;
+      } else if (key == "ranks") {
+        ranks_offset = json_.value_offset();
+        read_ranks();
+        saw_ranks = true;
+      } else if (key == "world_size") {
+        world_size_offset = json_.value_offset();
+        file_.declared_world_size = read_positive_integer("world_size");
+      } else if (key == "reducer") {
+        read_reducer();
+      } else if (key == "theta") {
+        file_.update.theta = read_exact("theta");
+      } else if (key == "objective") {
+        read_objective();
+      } else if (key == "description") {
+        if (json_.peek() != json_kind::string) json_.fail_type("description", "a string");
+        file_.description = std::string(json_.string_value());
+      } else if (key == "expect") {
+        read_expect();
+      } else if (key == "expect_error") {
+        read_expect_error();
+      } else if (key == "observed") {
+        observed_offset = json_.value_offset();
+        read_observed();
+      } else if (key == "expect_gate") {
+        read_expect_gate();
+      } else if (key == "recipe") {
+        read_recipe();
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" (a normcheck/1 document has " +
+                       std::string(top_level_keys) + ")",
+                   json_.key_offset());
+      }
+    }
+    json_.finish();
+    if (!saw_format)
+      json_.fail(error_code::schema_error, "missing key \"format\": a partition file declares \"format\": \"normcheck/1\"", 0);
+    if (!saw_ranks)
+      json_.fail(error_code::schema_error, "missing key \"ranks\": the ranks of the update, one object each", 0);
+    const std::uint64_t ranks = file_.update.world_size();
+    if (file_.declared_world_size && *file_.declared_world_size != ranks)
+      json_.fail(error_code::world_size_mismatch,
+                 "world_size is " + std::to_string(*file_.declared_world_size) + " but the file lists " +
+                     std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
+                 world_size_offset);
+    if (file_.observed) check_observed_shape(observed_offset);
+    if (file_.normalization && !recipe_reducer_given) file_.normalization->reducer = file_.update.reducer;
+    check_weighting();
+    if (file_.update.valid_tokens() == 0)
+      json_.fail(error_code::no_valid_tokens,
+                 "no rank holds a valid token (N = 0): the token-mean objective is undefined and the update "
+                 "must be rejected by a policy all ranks share, such as skipping it",
+                 ranks_offset);
+    if (file_.update.objective == objective_kind::weighted_token_mean && file_.update.mass() == 0)
+      json_.fail(error_code::no_valid_tokens,
+                 "every valid token weighs 0 (M = 0): the weighted token-mean objective is undefined and the "
+                 "update must be rejected by a policy all ranks share, such as skipping it",
+                 ranks_offset);
+    return std::move(file_);
+  }
+
+private:
+  // An exact number: a JSON number, or a string holding a fraction, hexadecimal float or decimal.
+  literal_parts read_literal(std::string_view what) { return read_literal(json_, what); }
+
+  // The same from another reader over the document (see `json_reader::at`).
+  literal_parts read_literal(json_reader& json, std::string_view what) {
+    const std::uint64_t offset = json.value_offset();
+    const json_kind kind = json.peek();
+    if (kind != json_kind::number && kind != json_kind::string)
+      json.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
+    const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
+    std::string_view text = kind == json_kind::number ? json.number_text() : json.string_value();
+    return parse_literal_at(text, form, offset);
+  }
+
+  // The general path: `parse_literal`, its errors located at the literal.
+  literal_parts parse_literal_at(std::string_view text, literal_form form, std::uint64_t offset) {
+    try {
+      return parse_literal(text, form, json_.limits().numbers);
+    } catch (error& e) {
+      e.locate(json_.locate(offset));
+      json_.mark_if_cut_off(e);
+      throw;
+    }
+  }
+
+  rational read_exact(std::string_view what) { return to_rational(read_literal(what)); }
+
+  std::uint64_t read_positive_integer(std::string_view what) { return read_count(what, 1); }
+
+  // A JSON integer in [minimum, 2^62]: world sizes and token counts.
+  std::uint64_t read_count(std::string_view what, std::uint64_t minimum) {
+    const std::string expected = minimum == 0 ? "a non-negative integer" : "a positive integer";
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::number) json_.fail_type(what, expected);
+    rational value = read_exact(what);
+    if (denominator(value) != 1 || value < minimum || value > rational(integer(1) << 62))
+      json_.fail(error_code::schema_error,
+                 std::string(what) + " must be " + expected + " (at most 2^62), found " + to_string(value), offset);
+    return static_cast<std::uint64_t>(numerator(value));
+  }
+
+  rational read_non_negative(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    rational value = read_exact(what);
+    if (value < 0)
+      json_.fail(error_code::schema_error, std::string(what) + " must not be negative, found " + to_string(value), offset);
+    return value;
+  }
+
+  void read_observed() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("observed", "an object with gradient or per_rank, and dtype");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_object();
+    observed_result observed;
+    bool saw_gradient = false;
+    bool saw_dtype = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "gradient") {
+        saw_gradient = true;
+        observed.per_rank.push_back(read_exact("observed.gradient"));
+      } else if (key == "per_rank") {
+        observed.from_per_rank = true;
+        const std::uint64_t list_offset = json_.value_offset();
+        if (json_.peek() != json_kind::array) json_.fail_type("observed.per_rank", "an array of exact numbers, one per rank");
+        json_.begin_array();
+        while (json_.next_element()) observed.per_rank.push_back(read_exact("each per_rank value"));
+        if (observed.per_rank.empty())
+          json_.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
+      } else if (key == "dtype") {
+        const std::uint64_t dtype_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("observed.dtype", "a dtype name");
+        std::string_view name = json_.string_value();
+        const std::optional<dtype> type = dtype_from_name(name);
+        if (!type)
+          json_.fail(error_code::schema_error,
+                     "unknown dtype \"" + std::string(name) + "\": expected float64, float32, bfloat16, float16 or exact",
+                     dtype_offset);
+        observed.type = *type;
+        saw_dtype = true;
+      } else if (key == "tokens") {
+        read_observed_tokens(observed);
+      } else if (key == "mass") {
+        read_observed_mass(observed);
+      } else if (key == "tolerance") {
+        read_tolerance(observed);
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) +
+                       "\" in observed (it has gradient or per_rank, dtype, tokens, mass, tolerance)",
+                   json_.key_offset());
+      }
+    }
+    if (saw_gradient == observed.from_per_rank)
+      json_.fail(error_code::schema_error,
+                 saw_gradient ? "observed has both gradient and per_rank: give exactly one"
+                              : "observed needs gradient (the synchronized value) or per_rank (each rank's copy)",
+                 offset);
+    if (!saw_dtype)
+      json_.fail(error_code::schema_error,
+                 "observed needs dtype (float64, float32, bfloat16, float16 or exact): the error bound depends on it",
+                 offset);
+    file_.observed = std::move(observed);
+  }
+
+  void read_observed_tokens(observed_result& observed) {
+    if (json_.peek() != json_kind::object) json_.fail_type("observed.tokens", "an object with global and/or per_rank");
+    json_.begin_object();
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "global") {
+        observed.global_tokens = read_count("observed.tokens.global", 0);
+      } else if (key == "per_rank") {
+        if (json_.peek() != json_kind::array) json_.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
+        json_.begin_array();
+        while (json_.next_element()) observed.rank_tokens.push_back(read_count("each per-rank count", 0));
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in observed.tokens (it has global and per_rank)",
+                   json_.key_offset());
+      }
+    }
+  }
+
+  void read_observed_mass(observed_result& observed) {
+    if (json_.peek() != json_kind::object) json_.fail_type("observed.mass", "an object with global and/or per_rank");
+    json_.begin_object();
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "global") {
+        observed.global_mass = read_non_negative("observed.mass.global");
+      } else if (key == "per_rank") {
+        if (json_.peek() != json_kind::array) json_.fail_type("observed.mass.per_rank", "an array of masses, one per rank");
+        json_.begin_array();
+        while (json_.next_element()) observed.rank_masses.push_back(read_non_negative("each per-rank mass"));
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in observed.mass (it has global and per_rank)",
+                   json_.key_offset());
+      }
+    }
+  }
+
+  void read_tolerance(observed_result& observed) {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("observed.tolerance", "an object with absolute and/or relative");
+    json_.begin_object();
+    tolerance bound;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "absolute") bound.absolute = read_non_negative("tolerance.absolute");
+      else if (key == "relative") bound.relative = read_non_negative("tolerance.relative");
+      else
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in observed.tolerance (it has absolute and relative)",
+                   json_.key_offset());
+    }
+    observed.explicit_tolerance = std::move(bound);
+  }
+
+  // Shapes that depend on the number of ranks, checked once the whole document is read.
+  void check_observed_shape(std::uint64_t offset) {
+    const observed_result& observed = *file_.observed;
+    const std::uint64_t ranks = file_.update.world_size();
+    if (observed.from_per_rank && observed.per_rank.size() != ranks)
+      json_.fail(error_code::schema_error,
+                 "observed.per_rank has " + std::to_string(observed.per_rank.size()) + " values for " +
+                     std::to_string(ranks) + " ranks: give one per rank",
+                 offset);
+    if (!observed.rank_masses.empty() && observed.rank_masses.size() != ranks)
+      json_.fail(error_code::schema_error,
+                 "observed.mass.per_rank has " + std::to_string(observed.rank_masses.size()) + " masses for " +
+                     std::to_string(ranks) + " ranks: give one per rank",
+                 offset);
+    if ((observed.global_mass || !observed.rank_masses.empty()) &&
+        file_.update.objective != objective_kind::weighted_token_mean)
+      json_.fail(error_code::schema_error,
+                 "observed.mass is a weight mass, which only the weighted_token_mean objective has", offset);
+    if (!observed.rank_tokens.empty() && observed.rank_tokens.size() != ranks)
+      json_.fail(error_code::schema_error,
+                 "observed.tokens.per_rank has " + std::to_string(observed.rank_tokens.size()) + " counts for " +
+                     std::to_string(ranks) + " ranks: give one per rank",
+                 offset);
+  }
+
+  void read_recipe() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("recipe", "an object with scale (an expression such as \"W / N\") and reducer");
+    const std::uint64_t offset = json_.value_offset();
+    recipe_offset = offset;
+    json_.begin_object();
+    recipe parsed;
+    bool saw_scale = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "scale") {
+        const std::uint64_t scale_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("recipe.scale", "a string such as \"W / N\"");
+        const std::string text(json_.string_value());
+        try {
+          parsed.scale = recipe_expression::parse(text);
+        } catch (const error& e) {
+          // The expression's column, counted from the string's opening quote.
+          const std::uint64_t inside = e.where() ? e.where()->offset : 0;
+          error located(e.code(), e.message(), json_.locate(scale_offset + 1 + inside));
+          json_.mark_if_cut_off(located);  // a cut-off file never meets its expect_error
+          throw located;
+        }
+        saw_scale = true;
+      } else if (key == "reducer") {
+        const std::uint64_t reducer_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("recipe.reducer", "\"mean\" or \"sum\"");
+        std::string_view value = json_.string_value();
+        if (value == "mean") parsed.reducer = reducer_kind::mean;
+        else if (value == "sum") parsed.reducer = reducer_kind::sum;
+        else
+          json_.fail(error_code::schema_error,
+                     "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"", reducer_offset);
+        recipe_reducer_given = true;
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in recipe (it has scale and reducer)", json_.key_offset());
+      }
+    }
+    if (!saw_scale) json_.fail(error_code::schema_error, "recipe needs a scale, e.g. \"W / N\"", offset);
+    file_.normalization = std::move(parsed);
+  }
+
+  void read_expect_gate() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("expect_gate", "an object with verdict and explanations");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_object();
+    gate_expectation expected;
+    bool saw_verdict = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "verdict") {
+        const std::uint64_t verdict_offset = json_.value_offset();
+        if (json_.peek() != json_kind::string) json_.fail_type("expect_gate.verdict", "pass, fail or inconclusive");
+        std::string_view name = json_.string_value();
+        if (name == "pass") expected.verdict = gate_verdict::pass;
+        else if (name == "fail") expected.verdict = gate_verdict::fail;
+        else if (name == "inconclusive") expected.verdict = gate_verdict::inconclusive;
+        else
+          json_.fail(error_code::schema_error,
+                     "unknown verdict \"" + std::string(name) + "\": expected pass, fail or inconclusive", verdict_offset);
+        saw_verdict = true;
+      } else if (key == "explanations") {
+        if (json_.peek() != json_kind::array) json_.fail_type("expect_gate.explanations", "an array of names");
+        json_.begin_array();
+        while (json_.next_element()) {
+          if (json_.peek() != json_kind::string) json_.fail_type("each explanation", "a name such as \"local_mean\"");
+          expected.explanations.emplace_back(json_.string_value());
+        }
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) + "\" in expect_gate (it has verdict and explanations)",
+                   json_.key_offset());
+      }
+    }
+    if (!saw_verdict) json_.fail(error_code::schema_error, "expect_gate needs a verdict", offset);
+    file_.expect_gate = std::move(expected);
+  }
+
+  void read_format() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck/1\"");
+    std::string_view value = json_.string_value();
+    if (value != format_name)
+      json_.fail(error_code::schema_error,
+                 "unsupported format \"" + std::string(value) + "\": this normcheck reads \"normcheck/1\"", offset);
+  }
+
+  void read_reducer() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("reducer", "\"mean\" or \"sum\"");
+    std::string_view value = json_.string_value();
+    if (value == "mean") file_.update.reducer = reducer_kind::mean;
+    else if (value == "sum") file_.update.reducer = reducer_kind::sum;
+    else
+      json_.fail(error_code::schema_error,
+                 "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"", offset);
+  }
+
+  void read_ranks() {
+    if (json_.peek() != json_kind::array) json_.fail_type("ranks", "an array with one object per rank");
+    const std::uint64_t offset = json_.value_offset();
+    json_.begin_array();
+    while (json_.next_element()) file_.update.ranks.push_back(read_rank());
+    if (file_.update.ranks.empty())
+      json_.fail(error_code::schema_error, "ranks must not be empty: list every rank of the reduction", offset);
+  }
+
+  rank_stats read_rank() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("each rank", "an object with \"targets\" or \"microbatches\", e.g. {\"targets\": [0, 2]}");
+    json_.begin_object();
+    rank_stats rank;
+    bool saw_targets = false;
+    bool saw_microbatches = false;
+    std::optional<std::uint64_t> tokens_offset;
+    std::optional<std::uint64_t> weights_offset;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "targets") {
+        saw_targets = true;
+        tokens_offset = json_.value_offset();
+        rank.microbatches.push_back(read_tokens("targets"));
+      } else if (key == "microbatches") {
+        saw_microbatches = true;
+        const std::uint64_t list_offset = json_.value_offset();
+        tokens_offset = list_offset;
+        if (json_.peek() != json_kind::array)
+          json_.fail_type("microbatches", "a non-empty array of token arrays");
+        json_.begin_array();
+        while (json_.next_element()) rank.microbatches.push_back(read_tokens("each microbatch"));
+        if (rank.microbatches.empty())
+          json_.fail(error_code::schema_error,
+                     "microbatches must not be empty: a rank takes part with at least one microbatch "
+                     "(an empty one, [], if it holds no token)",
+                     list_offset);
+      } else if (key == "weights") {
+        // Read once the rank's tokens are known: the two are paired element by element.
+        weights_offset = json_.value_offset();
+        json_.skip_value();
+      } else {
+        json_.fail(error_code::schema_error,
+                   "unknown key \"" + std::string(key) +
+                       "\" in a rank (a rank has \"targets\" or \"microbatches\", and \"weights\" for a weighted objective)",
+                   json_.key_offset());
+      }
+    }
+    if (saw_targets == saw_microbatches)
+      json_.fail(error_code::schema_error,
+                 saw_targets ? "a rank has both \"targets\" and \"microbatches\": give exactly one"
+                             : "a rank needs \"targets\" (one microbatch) or \"microbatches\" (several)",
+                 offset);
+    if (weights_offset) {
+      if (!first_weights_offset) first_weights_offset = weights_offset;
+      read_weights(rank, *tokens_offset, *weights_offset, saw_microbatches);
+    } else if (!first_unweighted_rank) {
+      first_unweighted_rank = offset;
+    }
+    return rank;
+  }
+
+  // Pairs a rank's weights with its tokens: the same shape, a non-negative exact weight beside each valid
+  // token and null beside each padded position. Weighted tokens take the general literal path.
+  void read_weights(rank_stats& rank, std::uint64_t tokens_offset, std::uint64_t weights_offset, bool accumulated) {
+    json_reader tokens = json_.at(tokens_offset);
+    json_reader weights = json_.at(weights_offset);
+    const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
+    if (weights.peek() != json_kind::array) weights.fail_type("weights", shape);
+    if (!accumulated) {
+      rank.microbatches.front() = read_weighted_tokens(tokens, weights);
+      return;
+    }
+    tokens.begin_array();
+    weights.begin_array();
+    for (microbatch_stats& microbatch : rank.microbatches) {
+      tokens.next_element();
+      if (!weights.next_element())
+        weights.fail(error_code::schema_error,
+                     "weights lists fewer microbatches than the rank's " + std::to_string(rank.microbatches.size()) +
+                         ": give one weight array per microbatch",
+                     weights_offset);
+      if (weights.peek() != json_kind::array) weights.fail_type("each microbatch's weights", "an array of weights");
+      microbatch = read_weighted_tokens(tokens, weights);
+    }
+    if (weights.next_element())
+      weights.fail(error_code::schema_error,
+                   "weights lists more microbatches than the rank's " + std::to_string(rank.microbatches.size()) +
+                       ": give one weight array per microbatch",
+                   weights.value_offset());
+  }
+
+  microbatch_stats read_weighted_tokens(json_reader& tokens, json_reader& weights) {
+    const std::uint64_t list_offset = weights.value_offset();
+    tokens.begin_array();
+    weights.begin_array();
+    microbatch_builder builder(true);
+    std::uint64_t position = 0;
+    for (;; ++position) {
+      const bool token = tokens.next_element();
+      const bool weight = weights.next_element();
+      if (token != weight)
+        weights.fail(error_code::schema_error,
+                     std::string("weights has ") + (token ? "fewer" : "more") +
+                         " entries than the targets beside it: give one per position (null beside padding)",
+                     token ? list_offset : weights.value_offset());
+      if (!token) break;
+      if (tokens.peek() == json_kind::null) {
+        tokens.null_value();
+        if (weights.peek() != json_kind::null)
+          weights.fail(error_code::schema_error,
+                       "position " + std::to_string(position) + " is padding (its target is null), so its weight must be null",
+                       weights.value_offset());
+        weights.null_value();
+        builder.add_padding();
+        continue;
+      }
+      // Both values take the machine path when they can (see read_tokens), each the general one otherwise.
+      machine_literal fast_target;
+      machine_literal fast_weight;
+      const bool target_is_fast = tokens.machine_value(fast_target);
+      const literal_parts target = target_is_fast ? literal_parts{} : read_literal(tokens, "a token value");
+      const std::uint64_t weight_offset = weights.value_offset();
+      if (weights.peek() == json_kind::null)
+        weights.fail(error_code::schema_error,
+                     "position " + std::to_string(position) +
+                         " holds a valid token, so its weight must be an exact non-negative number (null only beside padding)",
+                     weight_offset);
+      const bool weight_is_fast = weights.machine_value(fast_weight);
+      const literal_parts w = weight_is_fast ? literal_parts{} : read_literal(weights, "a token weight");
+      const bool negative = weight_is_fast ? fast_weight.negative && fast_weight.significand != 0
+                                           : w.negative && w.significand != 0;
+      if (negative)
+        weights.fail(error_code::bad_number,
+                     "a token weight must not be negative, found " +
+                         to_string(to_rational(weight_is_fast ? to_parts(fast_weight) : w)),
+                     weight_offset);
+      if (target_is_fast && weight_is_fast) builder.add_weighted_token(fast_target, fast_weight);
+      else builder.add_weighted_token(target_is_fast ? to_parts(fast_target) : target,
+                                      weight_is_fast ? to_parts(fast_weight) : w);
+    }
+    return builder.finish();
+  }
+
+  // Weights and the objective agree: weights on every rank exactly when the objective is weighted.
+  void check_weighting() {
+    const bool weighted = file_.update.objective == objective_kind::weighted_token_mean;
+    if (!weighted && first_weights_offset)
+      json_.fail(error_code::schema_error,
+                 "weights are given but the objective is token_mean: set \"objective\": \"weighted_token_mean\" "
+                 "(the token mean counts every valid token once)",
+                 *first_weights_offset);
+    if (weighted && first_unweighted_rank)
+      json_.fail(error_code::schema_error,
+                 "the objective is weighted_token_mean, so every rank gives \"weights\" beside its targets",
+                 *first_unweighted_rank);
+    if (!weighted && file_.normalization)
+      if (const std::optional<count_variable> mass = file_.normalization->scale.mass_variable())
+        json_.fail(error_code::recipe_error,
+                   "the recipe uses " + std::string(variable_name(*mass)) +
+                       ", a weight mass, but the objective is token_mean (set \"objective\": \"weighted_token_mean\" and give weights)",
+                   recipe_offset);
+  }
+
+  void read_objective() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("objective", "\"token_mean\" or \"weighted_token_mean\"");
+    std::string_view value = json_.string_value();
+    if (value == "token_mean") file_.update.objective = objective_kind::token_mean;
+    else if (value == "weighted_token_mean") file_.update.objective = objective_kind::weighted_token_mean;
+    else
+      json_.fail(error_code::schema_error,
+                 "unknown objective \"" + std::string(value) + "\": expected \"token_mean\" or \"weighted_token_mean\"",
+                 offset);
+  }
+
+  // The hot loop: each literal is read straight from the input into machine integers and summed
+  // without allocating; what that path does not take (fractions, long significands, anything
+  // malformed) goes through parse_literal.
+  microbatch_stats read_tokens(std::string_view what) {
+    if (json_.peek() != json_kind::array)
+      json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
+    json_.begin_array();
+    microbatch_builder builder;
+    machine_literal fast;
+    while (json_.next_element()) {
+      if (json_.machine_value(fast)) {
+        builder.add_token(fast);
+      } else if (json_.peek() == json_kind::null) {
+        json_.null_value();
+        builder.add_padding();
+      } else {
+        builder.add_token(read_literal("a token value"));
+      }
+    }
+    return builder.finish();
+  }
+
+
+  void read_expect() {
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("expect", "an object mapping gradient names to exact numbers or null");
+    json_.begin_object();
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "recipe") {
+        if (json_.peek() == json_kind::null) {
+          json_.null_value();
+          file_.expect_recipe.emplace(std::nullopt);
+        } else {
+          file_.expect_recipe.emplace(read_exact("the expected recipe gradient"));
+        }
+        continue;
+      }
+      const std::optional<strategy> name = strategy_from_name(key);
+      if (!name) {
+        std::string names;
+        for (strategy s : all_strategies) names += (names.empty() ? "" : ", ") + std::string(strategy_name(s));
+        json_.fail(error_code::schema_error,
+                   "unknown gradient \"" + std::string(key) + "\" in expect (known: " + names + ")",
+                   json_.key_offset());
+      }
+      expectation entry{*name, std::nullopt};
+      if (json_.peek() == json_kind::null) json_.null_value();
+      else entry.value = read_exact("an expected gradient");
+      file_.expect.push_back(std::move(entry));
+    }
+  }
+
+  void read_expect_error() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::string) json_.fail_type("expect_error", "an error code string");
+    std::string_view value = json_.string_value();
+    const std::optional<error_code> code = code_from_name(value);
+    if (!code || *code == error_code::usage_error || *code == error_code::io_error)
+      json_.fail(error_code::schema_error,
+                 "expect_error \"" + std::string(value) + "\" is not an error code a document can produce",
+                 offset);
+    file_.expect_error = code;
+  }
+
+  json_reader json_;
+  partition_file file_;
+  bool recipe_reducer_given = false;
+  std::uint64_t recipe_offset = 0;
+  std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
+  std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"
+};
+
+}  // namespace
+
+partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits) {
+  return document_reader(text, std::move(source), limits).read();
+}
+
+std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits) {
+  try {
+    json_reader json(text, "", limits);
+    if (json.peek() != json_kind::object) return std::nullopt;
+    json.begin_object();
+    std::string_view key;
+    while (json.next_member(key)) {
+      if (key == "expect_error" && json.peek() == json_kind::string) {
+        std::optional<error_code> code = code_from_name(json.string_value());
+        return code;
+      }
+      json.skip_value();
+    }
+  } catch (const error&) {
+  }
+  return std::nullopt;
+}
+
+std::string load_file(const std::filesystem::path& path, const reader_limits& limits) {
+  const std::string name = path.string();
+  auto reject = [&](error_code code, const std::string& why) {
+    location where;
+    where.file = name;
+    throw error(code, why, where);
+  };
+  // Opened without blocking (a FIFO would wait for a writer) and examined through the open
+  // descriptor, so that what is examined is what is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat seen {};
+  if (fd < 0 && errno == EACCES && ::stat(path.c_str(), &seen) == 0 && S_ISDIR(seen.st_mode))
+    reject(error_code::io_error, "is a directory that cannot be read (permission denied): its files were not checked");
+  if (fd < 0) {
+    const int cause = errno;
+    reject(error_code::io_error, cause == ENOENT  ? "cannot open: no such file (or a symbolic link to nothing)"
+                                 : cause == ELOOP   ? "cannot open: a loop of symbolic links"
+                                 : cause == EACCES  ? "cannot open: permission denied"
+                                 : cause == ENOTDIR ? "cannot open: a part of the path is not a directory"
+                                 : cause == ENXIO   ? "is not a regular file (a socket or device is not read)"
+                                                    : std::string("cannot open: ") + std::strerror(cause));
+  }
+  struct descriptor {
+    int fd;
+    ~descriptor() { ::close(fd); }
+  } open_file{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) reject(error_code::io_error, std::string("cannot be examined: ") + std::strerror(errno));
+  if (S_ISDIR(info.st_mode))
+    reject(error_code::io_error, ::access(path.c_str(), R_OK | X_OK) != 0
+                                     ? "is a directory that cannot be read (permission denied): its files were not checked"
+                                     : "is a directory where a file was expected");
+  if (!S_ISREG(info.st_mode)) reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
+  if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
+    reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
+                                           std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
+  std::string text(static_cast<std::size_t>(info.st_size), '\0');
+  std::size_t filled = 0;
+  while (filled < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) reject(error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
+    if (n == 0) break;
+    filled += static_cast<std::size_t>(n);
+  }
+  char more = 0;
+  if (filled != text.size() || ::read(fd, &more, 1) > 0)
+    reject(error_code::io_error, "changed size while it was read");
+  return text;
+}
+
+}  // namespace normcheck

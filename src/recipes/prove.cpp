@@ -1,0 +1,350 @@
+#include "normcheck/recipes/prove.hpp"
+
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/gradients.hpp"
+
+#include "core/deterministic_random.hpp"
+
+#include <algorithm>
+
+namespace normcheck {
+
+namespace {
+
+constexpr std::uint64_t scope_world_size = 4;
+constexpr std::uint64_t scope_microbatches = 3;
+constexpr std::uint64_t scope_tokens = 3;  // per microbatch
+constexpr unsigned largest_decided_degree = 12;
+constexpr int random_configurations = 20000;
+
+// Per-token weights the weighted scopes give each group of tokens (the exposing microbatch, the rest of
+// its rank, the other ranks).
+const std::array<rational, 4> scope_weights{rational(0), rational(1, 2), rational(1), rational(2)};
+
+// (M, mᵣ, mₘ): the configuration's masses, or its counts under the token mean.
+std::array<rational, 3> masses_of(const count_configuration& c) {
+  if (c.masses) return *c.masses;
+  return {rational(c.valid_tokens), rational(c.rank_tokens), rational(c.microbatch_tokens)};
+}
+
+count_values values_of(const count_configuration& c) {
+  count_values v;
+  const auto [mass, rank_mass, microbatch_mass] = masses_of(c);
+  v[static_cast<std::size_t>(count_variable::W)] = c.world_size;
+  v[static_cast<std::size_t>(count_variable::N)] = c.valid_tokens;
+  v[static_cast<std::size_t>(count_variable::n_r)] = c.rank_tokens;
+  v[static_cast<std::size_t>(count_variable::n_m)] = c.microbatch_tokens;
+  v[static_cast<std::size_t>(count_variable::G)] = c.microbatches;
+  v[static_cast<std::size_t>(count_variable::M)] = mass;
+  v[static_cast<std::size_t>(count_variable::m_r)] = rank_mass;
+  v[static_cast<std::size_t>(count_variable::m_m)] = microbatch_mass;
+  return v;
+}
+
+// A configuration with masses: each of the three groups of tokens weighs `weights[i]` per token.
+count_configuration weighted(count_configuration c, const std::array<rational, 3>& weights) {
+  const rational microbatch_mass = weights[0] * c.microbatch_tokens;
+  const rational rank_mass = microbatch_mass + weights[1] * (c.rank_tokens - c.microbatch_tokens);
+  const rational mass = rank_mass + weights[2] * (c.valid_tokens - c.rank_tokens);
+  c.masses = std::array<rational, 3>{mass, rank_mass, microbatch_mass};
+  return c;
+}
+
+enum class outcome { holds, wrong, divides_by_zero };
+
+struct judged {
+  outcome result = outcome::holds;
+  recipe_value scale;
+};
+
+// At one configuration: c/d must be 1/N (1/M) wherever the microbatch holds a token (of positive
+// weight), and c must exist.
+judged judge(const recipe& r, const count_configuration& c) {
+  judged j;
+  j.scale = r.scale.evaluate(values_of(c));
+  if (!j.scale.value) {
+    j.result = outcome::divides_by_zero;
+    return j;
+  }
+  const auto [mass, rank_mass, microbatch_mass] = masses_of(c);
+  if (microbatch_mass == 0) return j;
+  rational effective = *j.scale.value;
+  if (r.reducer == reducer_kind::mean) effective /= c.world_size;
+  rational target = 1;
+  target /= mass;
+  if (effective != target) j.result = outcome::wrong;
+  return j;
+}
+
+// A partition whose rank 0, microbatch 0 has the configuration's counts; that microbatch's tokens have
+// target 1 and all others 0 at θ = 0, so every other microbatch contributes nothing and the exposing
+// one alone decides the gradient.
+token_partition partition_for(const count_configuration& c) {
+  token_partition tokens;
+  std::vector<std::vector<token>> first(c.microbatches);
+  first[0].assign(c.microbatch_tokens, token(rational(1)));
+  for (std::uint64_t i = 0; i < c.rank_tokens - c.microbatch_tokens; ++i)
+    first[1 + i % (c.microbatches - 1)].emplace_back(rational(0));
+  tokens.ranks.push_back(std::move(first));
+  const std::uint64_t others = c.valid_tokens - c.rank_tokens;
+  for (std::uint64_t r = 1; r < c.world_size; ++r) {
+    std::vector<token> mb;
+    const std::uint64_t share = others / (c.world_size - 1) + (r - 1 < others % (c.world_size - 1) ? 1 : 0);
+    mb.assign(share, token(rational(0)));
+    tokens.ranks.push_back({mb});
+  }
+  if (c.masses) {
+    // Every token of a group weighs the group's mass over its count, so the masses are the configuration's.
+    const auto [mass, rank_mass, microbatch_mass] = *c.masses;
+    auto each = [](const rational& group_mass, std::uint64_t count) {
+      return count == 0 ? rational(0) : rational(group_mass / count);
+    };
+    const rational exposing = each(microbatch_mass, c.microbatch_tokens);
+    const rational rest_of_rank = each(rank_mass - microbatch_mass, c.rank_tokens - c.microbatch_tokens);
+    const rational other_ranks = each(mass - rank_mass, others);
+    for (std::size_t r = 0; r < tokens.ranks.size(); ++r) {
+      std::vector<std::vector<token>> rank_weights;
+      for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m) {
+        const rational& w = r > 0 ? other_ranks : m == 0 ? exposing : rest_of_rank;
+        rank_weights.emplace_back(tokens.ranks[r][m].size(), token(w));
+      }
+      tokens.weights.push_back(std::move(rank_weights));
+    }
+  }
+  return tokens;
+}
+
+recipe_counterexample expose(const recipe& r, const count_configuration& c, const judged& j) {
+  recipe_counterexample example;
+  example.where = c;
+  example.scale = j.scale.value;
+  example.zero_divisor = j.scale.zero_divisor;
+  example.tokens = partition_for(c);
+  example.tokens.reducer = r.reducer;
+  const partition update = to_partition(example.tokens);
+  example.objective = *gradient(update, strategy::global_mean);
+  example.recipe_gradient = recipe_gradient(update, r).value;
+  document_options options;
+  options.description = "Counterexample from normcheck prove: the recipe \"" + r.scale.text() + "\" under the " +
+                        std::string(reducer_name(r.reducer)) + " reducer at " + describe(c) +
+                        (j.result == outcome::divides_by_zero ? " divides by zero (" + j.scale.zero_divisor + ")"
+                         : c.masses ? " is not the weighted token-mean gradient"
+                                    : " is not the token-mean gradient") + ".";
+  options.expect.push_back({strategy::global_mean, example.objective});
+  options.declare_world_size = true;
+  options.recipe_scale = r.scale.text();
+  options.recipe_reducer = r.reducer;
+  example.document = write_document(example.tokens, options);
+  return example;
+}
+
+// Every configuration a partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch can show one
+// of its microbatches, smallest N first.
+std::vector<count_configuration> small_scope() {
+  std::vector<count_configuration> all;
+  const std::uint64_t most_per_rank = scope_microbatches * scope_tokens;
+  for (std::uint64_t n = 1; n <= scope_world_size * most_per_rank; ++n)
+    for (std::uint64_t w = 1; w <= scope_world_size; ++w)
+      for (std::uint64_t g = 1; g <= scope_microbatches; ++g)
+        for (std::uint64_t n_r = 0; n_r <= std::min(n, g * scope_tokens); ++n_r) {
+          const std::uint64_t rest = n - n_r;
+          if (rest > (w - 1) * most_per_rank) continue;
+          for (std::uint64_t n_m = 0; n_m <= std::min(n_r, scope_tokens); ++n_m)
+            if (n_r - n_m <= (g - 1) * scope_tokens) all.push_back({w, n, n_r, n_m, g, std::nullopt});
+        }
+  return all;
+}
+
+// Partitions in the small scope: ordered ranks, each with 1..3 microbatches of 0..3 tokens, N > 0.
+integer small_scope_partitions() {
+  integer shapes = 0;
+  for (std::uint64_t g = 1; g <= scope_microbatches; ++g)
+    shapes += boost::multiprecision::pow(integer(scope_tokens + 1), static_cast<unsigned>(g));
+  integer total = 0;
+  for (unsigned w = 1; w <= scope_world_size; ++w)
+    total += boost::multiprecision::pow(shapes, w) - boost::multiprecision::pow(integer(scope_microbatches), w);
+  return total;
+}
+
+}  // namespace
+
+std::string describe(const count_configuration& c) {
+  std::string text = "W = " + std::to_string(c.world_size) + ", N = " + std::to_string(c.valid_tokens) +
+                     ", n_r = " + std::to_string(c.rank_tokens) + ", n_m = " + std::to_string(c.microbatch_tokens) +
+                     ", G = " + std::to_string(c.microbatches);
+  if (c.masses)
+    text += ", M = " + to_string((*c.masses)[0]) + ", m_r = " + to_string((*c.masses)[1]) +
+            ", m_m = " + to_string((*c.masses)[2]);
+  return text;
+}
+
+std::string_view verdict_name(proof_verdict verdict) noexcept {
+  switch (verdict) {
+    case proof_verdict::proved: return "proved";
+    case proof_verdict::checked: return "checked";
+    case proof_verdict::wrong: return "wrong";
+    case proof_verdict::divides_by_zero: return "divides_by_zero";
+  }
+  return "checked";
+}
+
+proof_result prove_recipe(const recipe& r, objective_kind objective) {
+  const bool weighted_objective = objective == objective_kind::weighted_token_mean;
+  if (!weighted_objective)
+    if (const std::optional<count_variable> mass = r.scale.mass_variable())
+      throw error(error_code::recipe_error, "the recipe uses " + std::string(variable_name(*mass)) +
+                                                ", a weight mass: prove it with --objective weighted_token_mean");
+  proof_result result;
+  std::optional<std::pair<count_configuration, judged>> first_wrong;
+  std::optional<std::pair<count_configuration, judged>> first_zero;
+  // A wrong configuration is kept only when its replay partition is defined everywhere, so that the
+  // counterexample file shows two numbers that differ rather than a division by zero elsewhere.
+  auto note = [&](const count_configuration& c, const judged& j) {
+    if (j.result == outcome::wrong && !first_wrong) {
+      token_partition tokens = partition_for(c);
+      tokens.reducer = r.reducer;
+      if (recipe_gradient(to_partition(tokens), r).value) first_wrong.emplace(c, j);
+    }
+    if (j.result == outcome::divides_by_zero && !first_zero) first_zero.emplace(c, j);
+  };
+  // A wrong gradient is the stronger finding: the recipe fails even where it is defined.
+  auto refuted = [&]() -> bool {
+    if (!first_wrong && !first_zero) return false;
+    if (first_wrong) {
+      result.verdict = proof_verdict::wrong;
+      result.counterexample = expose(r, first_wrong->first, first_wrong->second);
+      if (first_zero) result.division_risk = expose(r, first_zero->first, first_zero->second);
+    } else {
+      result.verdict = proof_verdict::divides_by_zero;
+      result.counterexample = expose(r, first_zero->first, first_zero->second);
+    }
+    return true;
+  };
+  // Under the weighted objective each configuration is judged with every choice of per-token weight for
+  // its three groups of tokens (a group without tokens has mass 0 whatever its weight).
+  std::uint64_t judged_configurations = 0;
+  auto judge_all = [&](const count_configuration& c) {
+    if (!weighted_objective) {
+      ++judged_configurations;
+      note(c, judge(r, c));
+      return;
+    }
+    const std::array<std::uint64_t, 3> group_tokens{c.microbatch_tokens, c.rank_tokens - c.microbatch_tokens,
+                                                    c.valid_tokens - c.rank_tokens};
+    for (const rational& a : scope_weights)
+      for (const rational& b : scope_weights)
+        for (const rational& d : scope_weights) {
+          const std::array<rational, 3> weights{a, b, d};
+          bool distinct = true;  // skip repeats that only change the weight of an empty group
+          for (std::size_t g = 0; g < 3; ++g)
+            if (group_tokens[g] == 0 && weights[g] != scope_weights.front()) distinct = false;
+          if (!distinct) continue;
+          const count_configuration w = weighted(c, weights);
+          if ((*w.masses)[0] == 0) continue;  // M = 0 has no objective
+          ++judged_configurations;
+          note(w, judge(r, w));
+        }
+  };
+
+  const std::vector<count_configuration> scope = small_scope();
+  for (const count_configuration& c : scope) judge_all(c);
+  result.coverage = "every partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch (" +
+                    small_scope_partitions().str() + " partitions, through the " + std::to_string(scope.size()) +
+                    " distinct (W, N, n_r, n_m, G) a microbatch of them can see)";
+  if (weighted_objective)
+    result.coverage += ", each with the tokens of the microbatch, of the rest of its rank and of the other ranks "
+                       "weighing 0, 1/2, 1 or 2 each (" + std::to_string(judged_configurations) +
+                       " configurations with M > 0)";
+  result.coverage += ", smallest N first";
+  if (refuted()) return result;
+
+  detail::deterministic_random random(0x2545F4914F6CDD1Dull);
+  for (int i = 0; i < random_configurations && !first_wrong && !first_zero; ++i) {
+    count_configuration c;
+    c.world_size = 1 + random.below(64);
+    c.microbatches = 1 + random.below(16);
+    c.microbatch_tokens = random.below(1001);
+    c.rank_tokens = c.microbatch_tokens + (c.microbatches > 1 ? random.below(1000 * (c.microbatches - 1) + 1) : 0);
+    c.valid_tokens = c.rank_tokens + (c.world_size > 1 ? random.below(16000 * (c.world_size - 1) + 1) : 0);
+    if (c.valid_tokens == 0) c.valid_tokens = c.rank_tokens = c.microbatch_tokens = 1;
+    if (weighted_objective) {
+      std::array<rational, 3> weights;
+      for (rational& w : weights) w = rational(random.below(17), 1 + random.below(8));
+      c = weighted(c, weights);
+      if ((*c.masses)[0] == 0) c = weighted(c, {rational(1), rational(1), rational(1)});
+    }
+    note(c, judge(r, c));
+  }
+  result.coverage += "; " + std::to_string(random_configurations) +
+                     " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
+                     (weighted_objective ? " and per-group token weights p/q with p ≤ 16, q ≤ 8" : "");
+  if (refuted()) return result;
+
+  // F = c·N − d (c·M − d weighted) is a rational function; its numerator has total degree at most D, so if
+  // F vanishes on a product grid of D + 1 values per variable inside the domain, the numerator is the zero
+  // polynomial and the identity holds for all counts (and masses).
+  const auto [numerator_degree, denominator_degree] = r.scale.degree_bound();
+  const unsigned degree = std::max(numerator_degree, denominator_degree) + 1;
+  if (degree > largest_decided_degree) {
+    result.verdict = proof_verdict::checked;
+    result.coverage += "; the expression's degree bound " + std::to_string(degree) +
+                       " is too large to decide for all counts, so this is checked, not proved";
+    return result;
+  }
+  const std::uint64_t d = degree;
+  const count_variable denominator = weighted_objective ? count_variable::M : count_variable::N;
+  // A variable takes D + 1 values when F depends on it, one value otherwise. Counts nest (nₘ ≤ nᵣ ≤ N),
+  // masses too, each range above the one below it.
+  struct axis {
+    count_variable variable;
+    std::uint64_t low;
+    std::uint64_t high;
+  };
+  auto range_of = [&](count_variable v, std::uint64_t low) {
+    const bool varies = r.scale.uses(v) || v == denominator || (v == count_variable::W && r.reducer == reducer_kind::mean);
+    return axis{v, low, varies ? low + d : low};
+  };
+  std::vector<axis> axes{range_of(count_variable::W, 2), range_of(count_variable::G, 2),
+                         range_of(count_variable::n_m, 1), range_of(count_variable::n_r, d + 2),
+                         range_of(count_variable::N, 2 * d + 3)};
+  if (weighted_objective) {
+    axes.push_back(range_of(count_variable::m_m, 1));
+    axes.push_back(range_of(count_variable::m_r, d + 2));
+    axes.push_back(range_of(count_variable::M, 2 * d + 3));
+  }
+  std::vector<std::uint64_t> at;
+  for (const axis& a : axes) at.push_back(a.low);
+  auto value = [&](count_variable v) {
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      if (axes[i].variable == v) return at[i];
+    return std::uint64_t{0};
+  };
+  std::uint64_t points = 0;
+  for (;;) {
+    count_configuration c{value(count_variable::W), value(count_variable::N), value(count_variable::n_r),
+                          value(count_variable::n_m), value(count_variable::G), std::nullopt};
+    if (weighted_objective)
+      c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
+                                         rational(value(count_variable::m_m))};
+    note(c, judge(r, c));
+    if (refuted()) return result;
+    ++points;
+    std::size_t i = 0;
+    for (; i < axes.size(); ++i) {
+      if (at[i] < axes[i].high) {
+        ++at[i];
+        break;
+      }
+      at[i] = axes[i].low;
+    }
+    if (i == axes.size()) break;
+  }
+  result.verdict = proof_verdict::proved;
+  result.coverage += "; proved for all " + std::string(weighted_objective ? "counts and masses" : "counts") + ": c·" +
+                     std::string(variable_name(denominator)) + " − d has a numerator of degree at most " +
+                     std::to_string(degree) + " and vanishes on a grid of " + std::to_string(points) +
+                     " configurations (" + std::to_string(degree + 1) + " values of each variable it depends on)";
+  return result;
+}
+
+}  // namespace normcheck
