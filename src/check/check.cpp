@@ -1,4 +1,5 @@
 #include "normcheck/check/check.hpp"
+#include "normcheck/io/files.hpp"
 #include "normcheck/simulation/simulate.hpp"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 
 #include "normcheck/teaching/demo.hpp"
 #include "normcheck/documents/partition_reader.hpp"
-#include "normcheck/teaching/svg.hpp"
+#include "normcheck/io/files.hpp"
 
 #include <iostream>
 #include <memory>
@@ -53,7 +53,7 @@ outcome run_demo_command(const demo_options& options) {
     input = std::move(from_file);
   }
   const demo_output output = run_demo(options.name, input, !options.svg_file.empty());
-  if (output.figure) write_file_replacing(options.svg_file, *output.figure);
+  if (output.figure) write_file_atomically(options.svg_file, *output.figure);
   if (options.markdown) {
     render_markdown(std::cout, output.document);
     if (output.figure) std::cout << "\n![" << output.document.title << "](" << options.svg_file << ")\n";

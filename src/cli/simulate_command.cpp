@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/io/files.hpp"
 #include "normcheck/check/report.hpp"
 #include "normcheck/simulation/simulate.hpp"
 

@@ -1,4 +1,5 @@
 #include "normcheck/collectives/collectives.hpp"
+#include "normcheck/io/files.hpp"
 
 #include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/rational.hpp"

@@ -1,10 +1,5 @@
 #include "normcheck/documents/partition_reader.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace normcheck {
 
@@ -653,57 +648,6 @@ std::optional<error_code> find_expected_error(std::string_view text, const reade
   } catch (const error&) {
   }
   return std::nullopt;
-}
-
-std::string load_file(const std::filesystem::path& path, const reader_limits& limits) {
-  const std::string name = path.string();
-  auto reject = [&](error_code code, const std::string& why) {
-    location where;
-    where.file = name;
-    throw error(code, why, where);
-  };
-  // Opened without blocking (a FIFO would wait for a writer) and examined through the open
-  // descriptor, so that what is examined is what is read.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  struct stat seen {};
-  if (fd < 0 && errno == EACCES && ::stat(path.c_str(), &seen) == 0 && S_ISDIR(seen.st_mode))
-    reject(error_code::io_error, "is a directory that cannot be read (permission denied): its files were not checked");
-  if (fd < 0) {
-    const int cause = errno;
-    reject(error_code::io_error, cause == ENOENT  ? "cannot open: no such file (or a symbolic link to nothing)"
-                                 : cause == ELOOP   ? "cannot open: a loop of symbolic links"
-                                 : cause == EACCES  ? "cannot open: permission denied"
-                                 : cause == ENOTDIR ? "cannot open: a part of the path is not a directory"
-                                 : cause == ENXIO   ? "is not a regular file (a socket or device is not read)"
-                                                    : std::string("cannot open: ") + std::strerror(cause));
-  }
-  struct descriptor {
-    int fd;
-    ~descriptor() { ::close(fd); }
-  } open_file{fd};
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) reject(error_code::io_error, std::string("cannot be examined: ") + std::strerror(errno));
-  if (S_ISDIR(info.st_mode))
-    reject(error_code::io_error, ::access(path.c_str(), R_OK | X_OK) != 0
-                                     ? "is a directory that cannot be read (permission denied): its files were not checked"
-                                     : "is a directory where a file was expected");
-  if (!S_ISREG(info.st_mode)) reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
-  if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
-    reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
-                                           std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
-  std::string text(static_cast<std::size_t>(info.st_size), '\0');
-  std::size_t filled = 0;
-  while (filled < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) reject(error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
-    if (n == 0) break;
-    filled += static_cast<std::size_t>(n);
-  }
-  char more = 0;
-  if (filled != text.size() || ::read(fd, &more, 1) > 0)
-    reject(error_code::io_error, "changed size while it was read");
-  return text;
 }
 
 }  // namespace normcheck

@@ -2,10 +2,7 @@
 
 #include "normcheck/core/errors.hpp"
 
-#include <fstream>
-#include <system_error>
 
-#include <unistd.h>
 
 namespace normcheck {
 
@@ -106,30 +103,6 @@ std::string svg_canvas::str() const {
          "  <title>" + svg_escape(title_) + "</title>\n"
          "  <rect x=\"0\" y=\"0\" width=\"" + width + "\" height=\"" + height + "\" fill=\"#ffffff\"/>\n" +
          body_ + "</svg>\n";
-}
-
-void write_file_replacing(const std::filesystem::path& path, std::string_view text) {
-  std::filesystem::path temporary = path;
-  temporary += ".partial-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (out) out.close();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw error(error_code::io_error, "cannot write " + temporary.string() +
-                                            ": expected a writable file in an existing folder",
-                  location{path.string()});
-    }
-  }
-  std::error_code failure;
-  std::filesystem::rename(temporary, path, failure);
-  if (failure) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw error(error_code::io_error, "cannot replace the file: " + failure.message(), location{path.string()});
-  }
 }
 
 }  // namespace normcheck

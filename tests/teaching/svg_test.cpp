@@ -6,9 +6,6 @@
 
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 using normcheck::rational;
 
@@ -20,13 +17,6 @@ std::size_t count(const std::string& text, std::string_view part) {
   std::size_t n = 0;
   for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
   return n;
-}
-
-std::string read_all(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 }  // namespace
@@ -74,26 +64,6 @@ TEST_CASE("a canvas is a complete SVG document on a white background") {
   CHECK(svg.find("points=\"0,0 0.33,5\"") != std::string::npos);
   CHECK(svg.find(">x &lt; y</text>") != std::string::npos);
   CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
-}
-
-TEST_CASE("write_file_replacing replaces the whole file") {
-  const std::filesystem::path folder = std::filesystem::temp_directory_path() / "normcheck-teaching-svg-test";
-  std::filesystem::remove_all(folder);
-  std::filesystem::create_directories(folder);
-  const std::filesystem::path file = folder / "figure.svg";
-  normcheck::write_file_replacing(file, "first, longer content");
-  normcheck::write_file_replacing(file, "second");
-  CHECK(read_all(file) == "second");
-  std::size_t entries = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(folder)) ++entries;
-  CHECK(entries == 1);
-  try {
-    normcheck::write_file_replacing(folder / "missing" / "figure.svg", "x");
-    FAIL("writing into a missing folder succeeded");
-  } catch (const normcheck::error& e) {
-    CHECK(e.code() == normcheck::error_code::io_error);
-  }
-  std::filesystem::remove_all(folder);
 }
 
 TEST_CASE("the derivation figure draws two bars per rank in each panel") {

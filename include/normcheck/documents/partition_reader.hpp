@@ -56,7 +56,4 @@ partition_file read_partition(std::string_view text, std::string source, const r
 /// that precede any syntax error. Never throws.
 std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits = {});
 
-/// Reads a whole regular file, within the size limit; throws `error(io_error)` or `error(limit_exceeded)`.
-std::string load_file(const std::filesystem::path& path, const reader_limits& limits = {});
-
 }  // namespace normcheck

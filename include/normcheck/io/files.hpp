@@ -1,11 +1,21 @@
 #pragma once
 /// \file io/files.hpp
-/// Writing report files so that an interrupted run leaves the old file or none, never half of one.
+/// Files in and out: reading an input whole within a size limit, and writing an output so that an
+/// interrupted run leaves the old file or none, never half of one. Every command reads and writes
+/// files through these two functions.
+
+#include "normcheck/io/json_reader.hpp"
 
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace normcheck {
+
+/// Reads a whole regular file, within `limits.max_file_size`; throws `error(io_error)` (a missing or
+/// unreadable path, a directory, a FIFO or device, a file that changes size while read) or
+/// `error(limit_exceeded)`. Never blocks on a FIFO.
+std::string load_file(const std::filesystem::path& path, const reader_limits& limits = {});
 
 /// Writes `content` to a temporary file beside `path`, flushes it, renames it over `path` and flushes the
 /// directory, so that the new name survives a crash.

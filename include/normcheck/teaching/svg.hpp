@@ -6,7 +6,6 @@
 #include "normcheck/core/rational.hpp"
 
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,9 +65,5 @@ private:
   std::string title_;
   std::string body_;
 };
-
-/// Writes `text` to `path` through a temporary file in the same folder and a rename, so that `path`
-/// holds either its old content or the whole new one. Throws `error(io_error)` on failure.
-void write_file_replacing(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace normcheck

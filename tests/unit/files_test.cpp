@@ -1,0 +1,68 @@
+// Reading input files (io/files.hpp): a regular file is read whole; anything else is io_error, and a file
+// above the size limit limit_exceeded. The atomic writer has its own tests in tests/hardening/.
+
+#include "normcheck/io/files.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+namespace {
+
+using normcheck::error;
+using normcheck::reader_limits;
+
+// A scratch file under the temporary directory, removed at the end of the test.
+struct scratch_file {
+  std::filesystem::path path;
+  explicit scratch_file(std::string_view name, std::string_view content)
+      : path(std::filesystem::temp_directory_path() / ("normcheck_files_test_" + std::string(name))) {
+    std::ofstream(path, std::ios::binary) << content;
+  }
+  ~scratch_file() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("load_file reads a regular file whole") {
+  const scratch_file file("load.json", "{\"a\": 1}\n");
+  CHECK(normcheck::load_file(file.path) == "{\"a\": 1}\n");
+}
+
+TEST_CASE("load_file rejects missing paths and directories with io_error") {
+  const std::filesystem::path missing = std::filesystem::temp_directory_path() / "normcheck_files_test_missing.json";
+  try {
+    (void)normcheck::load_file(missing);
+    FAIL("a missing file was read");
+  } catch (const error& e) {
+    CHECK(e.code() == normcheck::error_code::io_error);
+    REQUIRE(e.where().has_value());
+    CHECK(e.where()->file == missing.string());
+  }
+  try {
+    (void)normcheck::load_file(std::filesystem::temp_directory_path());
+    FAIL("a directory was read");
+  } catch (const error& e) {
+    CHECK(e.code() == normcheck::error_code::io_error);
+  }
+}
+
+TEST_CASE("load_file rejects a file above the size limit with limit_exceeded") {
+  const scratch_file file("large.json", std::string(100, ' '));
+  reader_limits limits;
+  limits.max_file_size = 99;
+  try {
+    (void)normcheck::load_file(file.path, limits);
+    FAIL("a file above the limit was read");
+  } catch (const error& e) {
+    CHECK(e.code() == normcheck::error_code::limit_exceeded);
+  }
+  limits.max_file_size = 100;
+  CHECK(normcheck::load_file(file.path, limits).size() == 100);
+}
