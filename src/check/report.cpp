@@ -1,5 +1,7 @@
 #include "normcheck/check/report.hpp"
 
+#include "normcheck/io/json_writer.hpp"
+
 #include <cstdio>
 #include <sstream>
 
@@ -9,10 +11,6 @@ namespace {
 
 std::string exact_for_screen(const std::optional<rational>& value) {
   return value ? shorten(to_string(*value)) : std::string("undefined");
-}
-
-std::string json_value(const std::optional<rational>& value) {
-  return value ? json_quote(to_string(*value)) : std::string("null");
 }
 
 std::string padded(std::string_view text, std::size_t width) {
@@ -50,30 +48,38 @@ void print_gate(std::ostream& out, const gate_result& gate) {
         << "), no known mistake fits\n";
 }
 
-void json_explanations(std::ostream& out, const std::vector<explanation>& list) {
-  out << "[";
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const explanation& e = list[i];
-    out << (i ? ", " : "") << "{\"name\": " << json_quote(e.name) << ", \"value\": " << json_quote(to_string(e.value))
-        << ", \"bound\": " << json_value(e.bound) << ", \"computed\": " << json_quote(e.computed)
-        << ", \"why_wrong\": " << json_quote(e.why_wrong) << ", \"instead\": " << json_quote(e.instead) << "}";
-  }
-  out << "]";
+void json_explanations(json_writer& json, const std::vector<explanation>& list) {
+  json.begin_array();
+  for (const explanation& e : list)
+    json.begin_object()
+        .member("name", e.name)
+        .member("value", e.value)
+        .member("bound", e.bound)
+        .member("computed", e.computed)
+        .member("why_wrong", e.why_wrong)
+        .member("instead", e.instead)
+        .end_object();
+  json.end_array();
 }
 
-void json_gate(std::ostream& out, const gate_result& gate) {
-  out << "{\"verdict\": " << json_quote(verdict_name(gate.verdict)) << ", \"dtype\": " << json_quote(dtype_name(gate.type))
-      << ", \"observed\": " << json_quote(to_string(gate.observed)) << ", \"objective\": " << json_quote(to_string(gate.objective))
-      << ", \"bound\": " << json_value(gate.bound) << ", \"bound_is_explicit\": " << (gate.bound_is_explicit ? "true" : "false")
-      << ", \"rounding_depth\": " << gate.rounding_depth << ", \"checks\": [";
-  for (std::size_t i = 0; i < gate.checks.size(); ++i)
-    out << (i ? ", " : "") << "{\"name\": " << json_quote(gate.checks[i].name)
-        << ", \"passed\": " << (gate.checks[i].passed ? "true" : "false") << ", \"detail\": " << json_quote(gate.checks[i].detail) << "}";
-  out << "], \"diagnosis\": ";
-  json_explanations(out, gate.diagnosis);
-  out << ", \"could_hide\": ";
-  json_explanations(out, gate.could_hide);
-  out << ", \"ratio\": " << json_value(gate.ratio) << "}";
+void json_gate(json_writer& json, const gate_result& gate) {
+  json.begin_object()
+      .member("verdict", verdict_name(gate.verdict))
+      .member("dtype", dtype_name(gate.type))
+      .member("observed", gate.observed)
+      .member("objective", gate.objective)
+      .member("bound", gate.bound)
+      .member("bound_is_explicit", gate.bound_is_explicit)
+      .member("rounding_depth", gate.rounding_depth)
+      .key("checks")
+      .begin_array();
+  for (const gate_check& check : gate.checks)
+    json.begin_object().member("name", check.name).member("passed", check.passed).member("detail", check.detail).end_object();
+  json.end_array().key("diagnosis");
+  json_explanations(json, gate.diagnosis);
+  json.key("could_hide");
+  json_explanations(json, gate.could_hide);
+  json.member("ratio", gate.ratio).end_object();
 }
 
 void print_rejection(std::ostream& out, const file_report& report) {
@@ -98,28 +104,6 @@ run_summary summarize(const std::vector<file_report>& reports) {
     }
   }
   return summary;
-}
-
-std::string json_quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(c));
-          out += buffer;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 void print_text(std::ostream& out, const file_report& report) {
@@ -195,84 +179,94 @@ void print_summary(std::ostream& out, const run_summary& summary) {
       << " failed, " << summary.errors << " rejected\n";
 }
 
-void print_json(std::ostream& out, const std::vector<file_report>& reports) {
-  out << "{\"reports\": [";
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const file_report& report = reports[i];
-    out << (i ? ",\n  " : "\n  ") << "{\"file\": " << json_quote(report.file)
-        << ", \"kind\": " << json_quote(report.kind) << ", \"status\": " << json_quote(status_name(report.status));
-    if (report.document) {
-      const partition& update = report.document->update;
-      out << ", \"world_size\": " << update.world_size() << ", \"reducer\": " << json_quote(reducer_name(update.reducer))
-          << ", \"theta\": " << json_quote(to_string(update.theta)) << ", \"objective\": "
-          << json_quote(objective_name(update.objective)) << ", \"valid_tokens\": " << update.valid_tokens()
-          << ", \"mass\": " << json_quote(to_string(update.mass())) << ", \"ranks\": [";
-      for (std::size_t r = 0; r < update.ranks.size(); ++r) {
-        const rank_stats& rank = update.ranks[r];
-        out << (r ? ", " : "") << "{\"valid_tokens\": " << rank.valid_tokens() << ", \"padding\": " << rank.padding()
-            << ", \"mass\": " << json_quote(to_string(rank.mass())) << ", \"microbatches\": " << rank.microbatches.size()
-            << ", \"loss_gradient_sum\": " << json_quote(to_string(loss_gradient_sum(rank, update.theta))) << "}";
-      }
-      out << "], \"gradients\": {";
-      for (std::size_t g = 0; g < all_strategies.size(); ++g)
-        out << (g ? ", " : "") << json_quote(strategy_name(all_strategies[g])) << ": " << json_value(report.gradients[g]);
-      out << "}, \"denominators\": {";
-      for (std::size_t g = 0; g < all_strategies.size(); ++g)
-        out << (g ? ", " : "") << json_quote(strategy_name(all_strategies[g])) << ": "
-            << json_quote(strategy_denominator(all_strategies[g], update.objective));
-      out << "}, \"equals_objective\": {";
-      for (std::size_t g = 0; g < all_strategies.size(); ++g)
-        out << (g ? ", " : "") << json_quote(strategy_name(all_strategies[g])) << ": "
-            << (equals_objective(report.gradients, all_strategies[g]) ? "true" : "false");
-      out << "}, \"expectations\": [";
-      for (std::size_t e = 0; e < report.expectations.size(); ++e) {
-        const expectation_result& claim = report.expectations[e];
-        out << (e ? ", " : "") << "{\"gradient\": " << json_quote(strategy_name(claim.name))
-            << ", \"expected\": " << json_value(claim.expected) << ", \"actual\": " << json_value(claim.actual)
-            << ", \"held\": " << (claim.held ? "true" : "false") << "}";
-      }
-      out << "]";
-      if (report.recipe_result) {
-        const recipe& r = *report.document->normalization;
-        const std::optional<rational>& value = report.recipe_result->value;
-        out << ", \"recipe\": {\"scale\": " << json_quote(r.scale.text()) << ", \"reducer\": " << json_quote(reducer_name(r.reducer))
-            << ", \"gradient\": " << json_value(value) << ", \"zero_divisor\": "
-            << (value ? std::string("null") : json_quote(report.recipe_result->zero_divisor))
-            << ", \"equals_objective\": " << (value && *value == *report.gradients[0] ? "true" : "false");
-        if (report.document->expect_recipe) out << ", \"expected\": " << json_value(*report.document->expect_recipe);
-        out << "}";
-      }
-      if (report.gate) {
-        out << ", \"gate\": ";
-        json_gate(out, *report.gate);
-      }
-    } else {
-      out << ", \"gradients\": null";
+namespace {
+
+void write_report_json(json_writer& json, const file_report& report) {
+  json.begin_object().member("file", report.file).member("kind", report.kind).member("status", status_name(report.status));
+  if (report.document) {
+    const partition& update = report.document->update;
+    json.member("world_size", update.world_size())
+        .member("reducer", reducer_name(update.reducer))
+        .member("theta", update.theta)
+        .member("objective", objective_name(update.objective))
+        .member("valid_tokens", update.valid_tokens())
+        .member("mass", update.mass())
+        .key("ranks")
+        .begin_array();
+    for (const rank_stats& rank : update.ranks)
+      json.begin_object()
+          .member("valid_tokens", rank.valid_tokens())
+          .member("padding", rank.padding())
+          .member("mass", rank.mass())
+          .member("microbatches", std::uint64_t{rank.microbatches.size()})
+          .member("loss_gradient_sum", loss_gradient_sum(rank, update.theta))
+          .end_object();
+    json.end_array().key("gradients").begin_object();
+    for (std::size_t g = 0; g < all_strategies.size(); ++g) json.member(strategy_name(all_strategies[g]), report.gradients[g]);
+    json.end_object().key("denominators").begin_object();
+    for (strategy s : all_strategies) json.member(strategy_name(s), strategy_denominator(s, update.objective));
+    json.end_object().key("equals_objective").begin_object();
+    for (strategy s : all_strategies) json.member(strategy_name(s), equals_objective(report.gradients, s));
+    json.end_object().key("expectations").begin_array();
+    for (const expectation_result& claim : report.expectations)
+      json.begin_object()
+          .member("gradient", strategy_name(claim.name))
+          .member("expected", claim.expected)
+          .member("actual", claim.actual)
+          .member("held", claim.held)
+          .end_object();
+    json.end_array();
+    if (report.recipe_result) {
+      const recipe& r = *report.document->normalization;
+      const std::optional<rational>& value = report.recipe_result->value;
+      json.key("recipe")
+          .begin_object()
+          .member("scale", r.scale.text())
+          .member("reducer", reducer_name(r.reducer))
+          .member("gradient", value)
+          .key("zero_divisor");
+      if (value) json.null();
+      else json.string(report.recipe_result->zero_divisor);
+      json.member("equals_objective", value && *value == *report.gradients[0]);
+      if (report.document->expect_recipe) json.member("expected", *report.document->expect_recipe);
+      json.end_object();
     }
-    if (report.expected_error) out << ", \"expected_error\": " << json_quote(code_name(*report.expected_error));
-    if (report.rejection) {
-      const error& e = *report.rejection;
-      out << ", \"error\": {\"code\": " << json_quote(code_name(e.code())) << ", \"message\": " << json_quote(e.message());
-      if (e.where() && e.where()->line > 0)
-        out << ", \"line\": " << e.where()->line << ", \"column\": " << e.where()->column;
-      else
-        out << ", \"line\": null, \"column\": null";
-      out << "}";
+    if (report.gate) {
+      json.key("gate");
+      json_gate(json, *report.gate);
     }
-    if (!report.details.empty()) {
-      out << ", \"details\": [";
-      for (std::size_t d = 0; d < report.details.size(); ++d) out << (d ? ", " : "") << json_quote(report.details[d]);
-      out << "]";
-    }
-    out << ", \"failures\": [";
-    for (std::size_t f = 0; f < report.failures.size(); ++f)
-      out << (f ? ", " : "") << json_quote(report.failures[f]);
-    out << "]}";
+  } else {
+    json.key("gradients").null();
   }
-  const run_summary summary = summarize(reports);
-  out << (reports.empty() ? "" : "\n") << "], \"passed\": " << summary.passed << ", \"failed\": " << summary.failed
-      << ", \"errors\": " << summary.errors << "}\n";
+  if (report.expected_error) json.member("expected_error", code_name(*report.expected_error));
+  if (report.rejection) {
+    const error& e = *report.rejection;
+    json.key("error").begin_object().member("code", code_name(e.code())).member("message", e.message());
+    if (e.where() && e.where()->line > 0) json.member("line", e.where()->line).member("column", e.where()->column);
+    else json.key("line").null().key("column").null();
+    json.end_object();
+  }
+  if (!report.details.empty()) json.member("details", report.details);
+  json.member("failures", report.failures).end_object();
 }
+
+}  // namespace
+
+std::string json_report(const std::vector<file_report>& reports) {
+  std::string out;
+  json_writer json(out);
+  json.begin_object().key("reports").begin_array(json_layout::lines);
+  for (const file_report& report : reports) write_report_json(json, report);
+  const run_summary summary = summarize(reports);
+  json.end_array()
+      .member("passed", std::uint64_t{summary.passed})
+      .member("failed", std::uint64_t{summary.failed})
+      .member("errors", std::uint64_t{summary.errors})
+      .end_object();
+  return out + "\n";
+}
+
+void print_json(std::ostream& out, const std::vector<file_report>& reports) { out << json_report(reports); }
 
 }  // namespace normcheck
 

@@ -4,7 +4,7 @@
 #include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/rational.hpp"
 #include "normcheck/documents/partition_reader.hpp"
-#include "normcheck/check/report.hpp"
+#include "normcheck/io/json_writer.hpp"
 
 #include <algorithm>
 #include <array>
@@ -516,36 +516,49 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
 }
 
 void print_trace_verdict_json(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict) {
-  out << "{\"world_size\": " << verdict.world_size << ", \"calls\": " << verdict.calls << ", \"steps\": " << verdict.steps
-      << ", \"consistent\": " << (verdict.first_problem ? "false" : "true") << ", \"problem\": ";
+  std::string text;
+  json_writer json(text);
+  json.begin_object()
+      .member("world_size", std::uint64_t{verdict.world_size})
+      .member("calls", verdict.calls)
+      .member("steps", verdict.steps)
+      .member("consistent", !verdict.first_problem)
+      .key("problem");
   if (!verdict.first_problem) {
-    out << "null}\n";
+    json.null().end_object();
+    out << text << "\n";
     return;
   }
   const trace_problem& problem = *verdict.first_problem;
-  auto ranks = [](const std::vector<std::size_t>& list) { return "[" + join_ranks(list) + "]"; };
-  out << "{\"kind\": " << (problem.missing_call ? "\"missing_call\"" : "\"mismatch\"") << ", \"step\": " << problem.step
-      << ", \"position\": " << problem.position << ", \"waiting\": " << ranks(problem.waiting)
-      << ", \"missing\": " << ranks(problem.missing) << ", \"calls\": [";
-  for (std::size_t i = 0; i < problem.side_by_side.size(); ++i) {
-    const rank_call& entry = problem.side_by_side[i];
-    out << (i ? ", " : "") << "{\"rank\": " << entry.rank;
+  json.begin_object()
+      .member("kind", problem.missing_call ? "missing_call" : "mismatch")
+      .member("step", problem.step)
+      .member("position", problem.position)
+      .member("waiting", problem.waiting)
+      .member("missing", problem.missing)
+      .key("calls")
+      .begin_array();
+  for (const rank_call& entry : problem.side_by_side) {
+    json.begin_object().member("rank", std::uint64_t{entry.rank});
     if (entry.call) {
       const collective_call& call = trace.calls()[*entry.call];
       const call_signature& s = trace.signatures()[call.signature];
-      out << ", \"seq\": " << call.seq << ", \"op\": " << json_quote(collective_op_name(s.op))
-          << ", \"tensor\": " << json_quote(trace.tensor_names()[call.tensor]) << ", \"shape\": " << shape_text(s.shape)
-          << ", \"dtype\": " << json_quote(s.dtype) << ", \"reduce_op\": " << json_quote(s.reduce_op)
-          << ", \"group\": " << json_quote(s.group) << ", \"file\": " << json_quote(trace.files()[call.file])
-          << ", \"line\": " << call.line;
+      json.member("seq", call.seq)
+          .member("op", collective_op_name(s.op))
+          .member("tensor", trace.tensor_names()[call.tensor])
+          .member("shape", s.shape)
+          .member("dtype", s.dtype)
+          .member("reduce_op", s.reduce_op)
+          .member("group", s.group)
+          .member("file", trace.files()[call.file])
+          .member("line", call.line);
     } else {
-      out << ", \"seq\": null";
+      json.key("seq").null();
     }
-    out << "}";
+    json.end_object();
   }
-  out << "], \"notes\": [";
-  for (std::size_t i = 0; i < problem.notes.size(); ++i) out << (i ? ", " : "") << json_quote(problem.notes[i]);
-  out << "]}}\n";
+  json.end_array().member("notes", problem.notes).end_object().end_object();
+  out << text << "\n";
 }
 
 }  // namespace normcheck

@@ -1,6 +1,6 @@
 #include "normcheck/documents/partition_writer.hpp"
 
-#include "normcheck/check/report.hpp"
+#include "normcheck/io/json_writer.hpp"
 
 #include <algorithm>
 
@@ -12,52 +12,58 @@ namespace {
   throw error(code, "cannot write a normcheck/1 document: " + why);
 }
 
-// The canonical literal of an exact value: a JSON number for an integer, a "p/q" string otherwise.
-std::string literal(const rational& value, std::string_view what) {
-  std::string text = to_string(value);
+// An exact value as the document writes it (see json_writer::literal), within the reader's digit limit.
+void write_literal(json_writer& json, const rational& value, std::string_view what) {
+  const std::string text = to_string(value);
   const std::size_t digits =
       static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }));
   if (digits > number_limits{}.max_digits)
     refuse(error_code::number_out_of_range,
            std::string(what) + " has " + std::to_string(digits) + " digits, more than a reader accepts (" +
                std::to_string(number_limits{}.max_digits) + ")");
-  if (denominator(value) == 1) return text;
-  return "\"" + text + "\"";
+  json.literal(value);
 }
 
-std::string token_list(const std::vector<token>& tokens) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (i) out += ", ";
-    out += tokens[i] ? literal(*tokens[i], "a token value") : std::string("null");
+void write_tokens(json_writer& json, const std::vector<token>& tokens) {
+  json.begin_array();
+  for (const token& t : tokens) {
+    if (t) write_literal(json, *t, "a token value");
+    else json.null();
   }
-  return out + "]";
+  json.end_array();
 }
 
-std::string rank_object(const std::vector<std::vector<token>>& microbatches,
-                        const std::vector<std::vector<token>>* weights) {
-  if (microbatches.size() == 1)
-    return "{\"targets\": " + token_list(microbatches.front()) +
-           (weights ? ", \"weights\": " + token_list(weights->front()) : std::string()) + "}";
-  auto lists = [](const std::vector<std::vector<token>>& values) {
-    std::string out = "[";
-    for (std::size_t m = 0; m < values.size(); ++m) out += (m ? ", " : "") + token_list(values[m]);
-    return out + "]";
-  };
-  return "{\"microbatches\": " + lists(microbatches) + (weights ? ", \"weights\": " + lists(*weights) : std::string()) + "}";
+// A rank's microbatches: one flat array for a single microbatch, an array of arrays otherwise.
+void write_microbatches(json_writer& json, const std::vector<std::vector<token>>& microbatches) {
+  if (microbatches.size() == 1) return write_tokens(json, microbatches.front());
+  json.begin_array();
+  for (const std::vector<token>& tokens : microbatches) write_tokens(json, tokens);
+  json.end_array();
 }
 
-std::string expect_object(const std::vector<expectation>& expect) {
-  std::string out = "{";
+void write_rank(json_writer& json, const std::vector<std::vector<token>>& microbatches,
+                const std::vector<std::vector<token>>* weights) {
+  json.begin_object().key(microbatches.size() == 1 ? "targets" : "microbatches");
+  write_microbatches(json, microbatches);
+  if (weights) {
+    json.key("weights");
+    write_microbatches(json, *weights);
+  }
+  json.end_object();
+}
+
+void write_expect(json_writer& json, const std::vector<expectation>& expect) {
+  json.begin_object();
   for (std::size_t i = 0; i < expect.size(); ++i) {
-    const std::string name(strategy_name(expect[i].name));
+    const std::string_view name = strategy_name(expect[i].name);
     for (std::size_t j = 0; j < i; ++j)
       if (expect[j].name == expect[i].name)
-        refuse(error_code::schema_error, "the gradient " + name + " is expected twice; a document names each once");
-    out += (i ? ", " : "") + json_quote(name) + ": " +
-           (expect[i].value ? literal(*expect[i].value, "an expected gradient") : std::string("null"));
+        refuse(error_code::schema_error, "the gradient " + std::string(name) + " is expected twice; a document names each once");
+    json.key(name);
+    if (expect[i].value) write_literal(json, *expect[i].value, "an expected gradient");
+    else json.null();
   }
-  return out + "}";
+  json.end_object();
 }
 
 }  // namespace
@@ -78,28 +84,35 @@ std::string write_document(const token_partition& tokens, const document_options
     refuse(error_code::schema_error, "expect_error " + std::string(code_name(*options.expect_error)) +
                                          " is not an error a document can produce");
 
-  std::string out = "{\n  \"format\": " + json_quote(format_name) + ",\n";
-  if (!options.description.empty()) out += "  \"description\": " + json_quote(options.description) + ",\n";
+  std::string out;
+  json_writer json(out);
+  json.begin_object(json_layout::lines).member("format", format_name);
+  if (!options.description.empty()) json.member("description", options.description);
   // expect_error precedes the ranks: a reader finds it among the members before any syntax error.
-  if (options.expect_error) out += "  \"expect_error\": " + json_quote(code_name(*options.expect_error)) + ",\n";
+  if (options.expect_error) json.member("expect_error", code_name(*options.expect_error));
   const bool weighted = !tokens.weights.empty();
   if (weighted) {
     (void)to_partition(tokens);  // refuses weights that do not fit the tokens
-    out += "  \"objective\": \"weighted_token_mean\",\n";
+    json.member("objective", objective_name(objective_kind::weighted_token_mean));
   }
-  out += "  \"ranks\": [\n";
-  for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
-    out += "    " + rank_object(tokens.ranks[r], weighted ? &tokens.weights[r] : nullptr) +
-           (r + 1 < tokens.ranks.size() ? ",\n" : "\n");
-  out += "  ],\n";
-  if (options.declare_world_size) out += "  \"world_size\": " + std::to_string(tokens.ranks.size()) + ",\n";
-  out += "  \"reducer\": " + json_quote(reducer_name(tokens.reducer)) + ",\n";
-  out += "  \"theta\": " + literal(tokens.theta, "theta");
+  json.key("ranks").begin_array(json_layout::lines);
+  for (std::size_t r = 0; r < tokens.ranks.size(); ++r) write_rank(json, tokens.ranks[r], weighted ? &tokens.weights[r] : nullptr);
+  json.end_array();
+  if (options.declare_world_size) json.member("world_size", std::uint64_t{tokens.ranks.size()});
+  json.member("reducer", reducer_name(tokens.reducer)).key("theta");
+  write_literal(json, tokens.theta, "theta");
   if (options.recipe_scale)
-    out += ",\n  \"recipe\": {\"scale\": " + json_quote(*options.recipe_scale) +
-           ", \"reducer\": " + json_quote(reducer_name(options.recipe_reducer)) + "}";
-  if (!options.expect.empty()) out += ",\n  \"expect\": " + expect_object(options.expect);
-  return out + "\n}\n";
+    json.key("recipe")
+        .begin_object()
+        .member("scale", *options.recipe_scale)
+        .member("reducer", reducer_name(options.recipe_reducer))
+        .end_object();
+  if (!options.expect.empty()) {
+    json.key("expect");
+    write_expect(json, options.expect);
+  }
+  json.end_object();
+  return out + "\n";
 }
 
 }  // namespace normcheck

@@ -1,5 +1,7 @@
 #include "normcheck/io/json_reader.hpp"
 
+#include "normcheck/io/utf8.hpp"
+
 #include <cstdio>
 
 namespace normcheck {
@@ -17,47 +19,6 @@ std::string show_char(char c) {
   char buffer[16];
   std::snprintf(buffer, sizeof buffer, "byte 0x%02X", byte);
   return buffer;
-}
-
-void append_utf8(std::string& out, std::uint32_t code_point) {
-  if (code_point < 0x80) {
-    out += static_cast<char>(code_point);
-  } else if (code_point < 0x800) {
-    out += static_cast<char>(0xC0 | (code_point >> 6));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
-  } else if (code_point < 0x10000) {
-    out += static_cast<char>(0xE0 | (code_point >> 12));
-    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (code_point >> 18));
-    out += static_cast<char>(0x80 | ((code_point >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
-  }
-}
-
-// Length of the well-formed UTF-8 sequence starting at text[pos] (RFC 3629: no overlongs,
-// no surrogates, nothing above U+10FFFF), or 0 if it is not well formed.
-std::size_t utf8_sequence_length(std::string_view text, std::size_t pos) {
-  auto at = [&](std::size_t i) -> unsigned { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0u; };
-  unsigned lead = at(pos);
-  auto continuation = [&](std::size_t i) { return (at(i) & 0xC0) == 0x80; };
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) return continuation(pos + 1) ? 2 : 0;
-  if (lead >= 0xE0 && lead <= 0xEF) {
-    unsigned second = at(pos + 1);
-    if (lead == 0xE0 && second < 0xA0) return 0;
-    if (lead == 0xED && second >= 0xA0) return 0;  // UTF-16 surrogates
-    return continuation(pos + 1) && continuation(pos + 2) ? 3 : 0;
-  }
-  if (lead >= 0xF0 && lead <= 0xF4) {
-    unsigned second = at(pos + 1);
-    if (lead == 0xF0 && second < 0x90) return 0;
-    if (lead == 0xF4 && second >= 0x90) return 0;
-    return continuation(pos + 1) && continuation(pos + 2) && continuation(pos + 3) ? 4 : 0;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -271,9 +232,9 @@ std::string_view json_reader::read_string(std::string_view context) {
       ++pos_;
       continue;
     }
-    const std::size_t length = utf8_sequence_length(text_, pos_);
-    if (length == 0) fail(error_code::parse_error, "invalid UTF-8 in a string", pos_);
-    pos_ += length;
+    const utf8_step step = decode_utf8(text_, pos_);
+    if (!step.valid) fail(error_code::parse_error, "invalid UTF-8 in a string", pos_);
+    pos_ += step.length;
   }
   const std::size_t close = pos_;
   ++pos_;
@@ -322,7 +283,7 @@ std::string_view json_reader::read_string(std::string_view context) {
           code_point = 0x10000 + ((code_point - 0xD800) << 10) + (low - 0xDC00);
           i += 6;
         }
-        append_utf8(scratch_, code_point);
+        append_utf8(scratch_, static_cast<char32_t>(code_point));
         break;
       }
       default:

@@ -1,7 +1,7 @@
 #include "normcheck/simulation/simulate.hpp"
 
 #include "normcheck/documents/partition_reader.hpp"
-#include "normcheck/check/report.hpp"
+#include "normcheck/io/json_writer.hpp"
 
 #include <algorithm>
 
@@ -163,14 +163,16 @@ std::string approximate_text(const vector& v, bool scalar) {
   return out + "]";
 }
 
-std::string json_vector(const vector& v, bool scalar) {
-  if (scalar) return json_quote(to_string(v.front()));
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + json_quote(to_string(v[i]));
-  return out + "]";
+// A parameter vector: one exact string for the scalar model, an array of them otherwise.
+void write_vector(json_writer& json, const vector& v, bool scalar) {
+  if (scalar) {
+    json.exact(v.front());
+    return;
+  }
+  json.begin_array();
+  for (const rational& x : v) json.exact(x);
+  json.end_array();
 }
-
-std::string json_ranks(const std::vector<std::size_t>& ranks) { return "[" + join_ranks(ranks) + "]"; }
 
 // The value of one part of a state or step, for comparisons and messages.
 struct part_value {
@@ -731,64 +733,90 @@ void print_simulation(std::ostream& out, const std::string& source, const scenar
 void print_simulation_json(std::ostream& out, const std::string& source, const scenario& s, const simulation& run,
                            const std::vector<std::string>& failures) {
   const bool scalar = s.scalar_model;
-  auto state_json = [&](const replica_state& state) {
-    return "{\"theta\": " + json_vector(state.theta, scalar) + ", \"momentum\": " + json_vector(state.momentum, scalar) +
-           ", \"scheduler_position\": " + std::to_string(state.scheduler_position) + "}";
+  std::string text;
+  json_writer json(text);
+  auto vector_member = [&](std::string_view name, const vector& v) {
+    json.key(name);
+    write_vector(json, v, scalar);
   };
-  out << "{\"file\": " << json_quote(source) << ", \"format\": " << json_quote(scenario_format_name)
-      << ", \"world_size\": " << s.world_size() << ", \"start_up\": [";
-  for (std::size_t r = 0; r < run.start_up.size(); ++r) out << (r ? ", " : "") << state_json(run.start_up[r]);
-  out << "], \"reference_start\": " << state_json(run.reference_start) << ", \"steps\": [";
-  for (std::size_t i = 0; i < run.steps.size(); ++i) {
-    const step_record& record = run.steps[i];
-    out << (i ? ",\n  " : "\n  ") << "{\"step\": " << record.step << ", \"valid_tokens\": " << record.valid_tokens
-        << ", \"ranks\": [";
-    for (std::size_t r = 0; r < record.ranks.size(); ++r) {
-      const rank_step& rs = record.ranks[r];
-      out << (r ? ", " : "") << "{\"valid_tokens\": " << rs.valid_tokens << ", \"start\": " << state_json(rs.start)
-          << ", \"learning_rate\": " << json_quote(to_string(rs.learning_rate))
-          << ", \"local_gradient\": " << json_vector(rs.local_gradient, scalar)
-          << ", \"reduced_gradient\": " << json_vector(rs.reduced_gradient, scalar)
-          << ", \"objective_gradient\": " << json_vector(rs.objective_gradient, scalar)
-          << ", \"applied_gradient\": " << json_vector(rs.applied_gradient, scalar)
-          << ", \"clipped\": " << (rs.clip.clipped ? "true" : "false")
-          << ", \"norm_rounded\": " << (rs.clip.rounded_norm ? "true" : "false") << ", \"end\": " << state_json(rs.end)
-          << "}";
+  auto state = [&](const replica_state& replica) {
+    json.begin_object();
+    vector_member("theta", replica.theta);
+    vector_member("momentum", replica.momentum);
+    json.member("scheduler_position", replica.scheduler_position).end_object();
+  };
+  json.begin_object()
+      .member("file", source)
+      .member("format", scenario_format_name)
+      .member("world_size", std::uint64_t{s.world_size()})
+      .key("start_up")
+      .begin_array();
+  for (const replica_state& start : run.start_up) state(start);
+  json.end_array().key("reference_start");
+  state(run.reference_start);
+  json.key("steps").begin_array(json_layout::lines);
+  for (const step_record& record : run.steps) {
+    json.begin_object().member("step", record.step).member("valid_tokens", record.valid_tokens).key("ranks").begin_array();
+    for (const rank_step& rs : record.ranks) {
+      json.begin_object().member("valid_tokens", rs.valid_tokens).key("start");
+      state(rs.start);
+      json.member("learning_rate", rs.learning_rate);
+      vector_member("local_gradient", rs.local_gradient);
+      vector_member("reduced_gradient", rs.reduced_gradient);
+      vector_member("objective_gradient", rs.objective_gradient);
+      vector_member("applied_gradient", rs.applied_gradient);
+      json.member("clipped", rs.clip.clipped).member("norm_rounded", rs.clip.rounded_norm).key("end");
+      state(rs.end);
+      json.end_object();
     }
     const reference_step& ref = record.reference;
-    out << "], \"reference\": {\"learning_rate\": " << json_quote(to_string(ref.learning_rate))
-        << ", \"gradient\": " << json_vector(ref.gradient, scalar)
-        << ", \"applied_gradient\": " << json_vector(ref.applied_gradient, scalar) << ", \"end\": " << state_json(ref.end)
-        << "}}";
+    json.end_array().key("reference").begin_object().member("learning_rate", ref.learning_rate);
+    vector_member("gradient", ref.gradient);
+    vector_member("applied_gradient", ref.applied_gradient);
+    json.key("end");
+    state(ref.end);
+    json.end_object().end_object();
   }
-  out << "\n], \"halt\": ";
+  json.end_array().key("halt");
   if (run.stopped) {
     const halt& h = *run.stopped;
-    out << "{\"step\": " << h.step << ", \"cause\": " << json_quote(halt_cause_name(h.cause))
-        << ", \"waiting\": " << json_ranks(h.waiting) << ", \"missing\": " << json_ranks(h.missing)
-        << ", \"ranks\": " << json_ranks(h.ranks) << "}";
+    json.begin_object()
+        .member("step", h.step)
+        .member("cause", halt_cause_name(h.cause))
+        .member("waiting", h.waiting)
+        .member("missing", h.missing)
+        .member("ranks", h.ranks)
+        .end_object();
   } else {
-    out << "null";
+    json.null();
   }
-  out << ", \"first_divergence\": ";
+  json.key("first_divergence");
   if (run.first_divergence) {
     const divergence& d = *run.first_divergence;
-    out << "{\"step\": " << d.step << ", \"rank\": " << d.rank() << ", \"state\": " << json_quote(state_part_name(d.part))
-        << ", \"after_update\": " << (d.after_update ? "true" : "false") << ", \"ranks\": " << json_ranks(d.ranks) << "}";
+    json.begin_object()
+        .member("step", d.step)
+        .member("rank", std::uint64_t{d.rank()})
+        .member("state", state_part_name(d.part))
+        .member("after_update", d.after_update)
+        .member("ranks", d.ranks)
+        .end_object();
   } else {
-    out << "null";
+    json.null();
   }
-  out << ", \"first_reference_difference\": ";
+  json.key("first_reference_difference");
   if (run.first_reference_difference)
-    out << "{\"step\": " << run.first_reference_difference->step
-        << ", \"rank\": " << run.first_reference_difference->ranks.front()
-        << ", \"ranks\": " << json_ranks(run.first_reference_difference->ranks) << "}";
+    json.begin_object()
+        .member("step", run.first_reference_difference->step)
+        .member("rank", std::uint64_t{run.first_reference_difference->ranks.front()})
+        .member("ranks", run.first_reference_difference->ranks)
+        .end_object();
   else
-    out << "null";
-  out << ", \"replicas_agree\": " << (run.replicas_agree() ? "true" : "false")
-      << ", \"equals_reference\": " << (run.equals_reference() ? "true" : "false") << ", \"failures\": [";
-  for (std::size_t f = 0; f < failures.size(); ++f) out << (f ? ", " : "") << json_quote(failures[f]);
-  out << "]}\n";
+    json.null();
+  json.member("replicas_agree", run.replicas_agree())
+      .member("equals_reference", run.equals_reference())
+      .member("failures", failures)
+      .end_object();
+  out << text << "\n";
 }
 
 }  // namespace normcheck

@@ -25,13 +25,12 @@ run_summary summarize(const std::vector<file_report>& reports);
 void print_text(std::ostream& out, const file_report& report);
 /// Writes the closing line, e.g. "25 files: 25 passed, 0 failed, 0 rejected".
 void print_summary(std::ostream& out, const run_summary& summary);
-/// Writes `{"reports": [...], "passed": n, "failed": n, "errors": n}` (full fractions, canonical).
+/// `{"reports": [...], "passed": n, "failed": n, "errors": n}` (full fractions, canonical), one line per report.
+std::string json_report(const std::vector<file_report>& reports);
+/// Writes `json_report(reports)`.
 void print_json(std::ostream& out, const std::vector<file_report>& reports);
 
 /// JUnit XML for CI test reporters: one test case per file; a failure's message is its diagnosis.
 std::string junit_report(const std::vector<file_report>& reports);
-
-/// `text` as a JSON string literal, quotes included.
-std::string json_quote(std::string_view text);
 
 }  // namespace normcheck
