@@ -3,7 +3,8 @@
 
 #include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/rational.hpp"
-#include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/core/names.hpp"
+#include "normcheck/documents/field_reader.hpp"
 #include "normcheck/io/json_writer.hpp"
 
 #include <algorithm>
@@ -15,61 +16,17 @@ namespace normcheck {
 
 namespace {
 
-constexpr std::array<std::pair<collective_op, std::string_view>, 5> op_names{{
+constexpr name_table op_names{std::array<std::pair<collective_op, std::string_view>, 5>{{
     {collective_op::all_reduce, "all_reduce"},
     {collective_op::broadcast, "broadcast"},
     {collective_op::all_gather, "all_gather"},
     {collective_op::reduce_scatter, "reduce_scatter"},
     {collective_op::barrier, "barrier"},
-}};
+}}};
 
 constexpr std::string_view line_keys = "rank, step, seq, op, tensor, shape, dtype, reduce_op, group, root";
 constexpr std::uint64_t max_rank = (1u << 20) - 1;
 constexpr std::uint64_t max_count = std::numeric_limits<std::int64_t>::max();
-
-// The value of a literal read into machine integers, when it is an integer in [0, high].
-std::optional<std::uint64_t> small_integer(const machine_literal& literal, std::uint64_t high) {
-  if (literal.exp2 != literal.exp5 || literal.exp2 < 0 || literal.exp2 > 19) return std::nullopt;
-  if (literal.negative && literal.significand != 0) return std::nullopt;
-  std::uint64_t value = literal.significand;
-  for (std::int32_t i = 0; i < literal.exp2; ++i) {
-    if (value > high / 10) return std::nullopt;
-    value *= 10;
-  }
-  if (value > high) return std::nullopt;
-  return value;
-}
-
-// A non-negative JSON integer read through the one door for numbers: machine integers for the usual
-// literal, the exact reader (and its messages) for anything else.
-std::uint64_t read_integer(json_reader& json, std::string_view what, std::uint64_t high) {
-  const std::uint64_t offset = json.value_offset();
-  if (json.peek() != json_kind::number) json.fail_type(what, "a non-negative integer");
-  const std::string_view text = json.number_text();
-  machine_literal literal;
-  if (scan_machine_literal(text, literal_form::json_number, json.limits().numbers, literal))
-    if (std::optional<std::uint64_t> value = small_integer(literal, high)) return *value;
-  rational value;
-  try {
-    value = read_number(text, literal_form::json_number, json.limits().numbers);
-  } catch (error& e) {
-    e.locate(json.locate(offset));
-    throw;
-  }
-  if (denominator(value) != 1 || value < 0)
-    json.fail(error_code::schema_error, std::string(what) + " must be a non-negative integer, found " + to_string(value),
-              offset);
-  if (value > high)
-    json.fail(error_code::schema_error,
-              std::string(what) + " is " + shorten(to_string(value)) + ", beyond the limit of " + std::to_string(high),
-              offset);
-  return static_cast<std::uint64_t>(numerator(value));
-}
-
-std::string_view read_text(json_reader& json, std::string_view what) {
-  if (json.peek() != json_kind::string) json.fail_type(what, "a string");
-  return json.string_value();
-}
 
 void append_field(std::string& key, std::string_view field) {
   key += std::to_string(field.size());
@@ -111,11 +68,7 @@ error relocated(const error& e, const std::string& source, std::uint64_t line, s
 
 }  // namespace
 
-std::string_view collective_op_name(collective_op op) noexcept {
-  for (const auto& [id, name] : op_names)
-    if (id == op) return name;
-  return "unknown";
-}
+std::string_view collective_op_name(collective_op op) noexcept { return op_names.name(op); }
 
 std::uint32_t collective_trace::intern_signature(const call_signature& signature) {
   key_.clear();
@@ -162,7 +115,7 @@ void collective_trace::add_text(std::string_view text, std::string source, const
     start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     try {
-      json_reader json(line, std::string(), limits);
+      field_reader json(line, std::string(), limits);
       if (json.peek() != json_kind::object) json.fail_type("each line of a trace", "a JSON object: one collective call");
       json.begin_object();
       collective_call call;
@@ -178,49 +131,36 @@ void collective_trace::add_text(std::string_view text, std::string source, const
       std::string_view key;
       while (json.next_member(key)) {
         if (key == "rank") {
-          call.rank = static_cast<std::uint32_t>(read_integer(json, "rank", max_rank));
+          call.rank = static_cast<std::uint32_t>(json.integer("rank", 0, max_rank));
           saw_rank = true;
         } else if (key == "step") {
-          call.step = read_integer(json, "step", max_count);
+          call.step = json.integer("step", 0, max_count);
           saw_step = true;
         } else if (key == "seq") {
-          call.seq = read_integer(json, "seq", max_count);
+          call.seq = json.integer("seq", 0, max_count);
           saw_seq = true;
         } else if (key == "op") {
-          const std::uint64_t offset = json.value_offset();
-          const std::string_view name = read_text(json, "op");
-          saw_op = false;
-          for (const auto& [id, spelled] : op_names)
-            if (spelled == name) {
-              signature.op = id;
-              saw_op = true;
-            }
-          if (!saw_op)
-            json.fail(error_code::schema_error,
-                      "unknown op \"" + std::string(name) +
-                          "\" (known: all_reduce, broadcast, all_gather, reduce_scatter, barrier)",
-                      offset);
+          signature.op = json.named("op", [](std::string_view name) { return op_names.find(name); }, op_names.alternatives());
+          saw_op = true;
         } else if (key == "tensor") {
-          call.tensor = intern_name(read_text(json, "tensor"));  // the view lives until the next string
+          call.tensor = intern_name(json.text("tensor"));  // the view lives until the next string
           saw_tensor = true;
         } else if (key == "shape") {
           if (json.peek() != json_kind::array) json.fail_type("shape", "an array of non-negative integers");
           json.begin_array();
-          while (json.next_element()) signature.shape.push_back(read_integer(json, "each extent of shape", max_count));
+          while (json.next_element()) signature.shape.push_back(json.integer("each extent of shape", 0, max_count));
           saw_shape = true;
         } else if (key == "dtype") {
-          signature.dtype = read_text(json, "dtype");
+          signature.dtype = json.text("dtype");
           saw_dtype = true;
         } else if (key == "reduce_op") {
-          signature.reduce_op = read_text(json, "reduce_op");
+          signature.reduce_op = json.text("reduce_op");
         } else if (key == "group") {
-          signature.group = read_text(json, "group");
+          signature.group = json.text("group");
         } else if (key == "root") {
-          signature.root = read_integer(json, "root", max_rank);
+          signature.root = json.integer("root", 0, max_rank);
         } else {
-          json.fail(error_code::schema_error,
-                    "unknown key \"" + std::string(key) + "\" (a trace line has " + std::string(line_keys) + ")",
-                    json.key_offset());
+          json.fail_unknown_key(key, "(a trace line has " + std::string(line_keys) + ")");
         }
       }
       json.finish();

@@ -1,12 +1,11 @@
 #include "normcheck/core/errors.hpp"
 
-#include <array>
-#include <utility>
+#include "normcheck/core/names.hpp"
 
 namespace normcheck {
 
 namespace {
-constexpr std::array<std::pair<error_code, std::string_view>, 10> code_names{{
+constexpr name_table code_names{std::array<std::pair<error_code, std::string_view>, 10>{{
     {error_code::parse_error, "parse_error"},
     {error_code::schema_error, "schema_error"},
     {error_code::bad_number, "bad_number"},
@@ -17,20 +16,12 @@ constexpr std::array<std::pair<error_code, std::string_view>, 10> code_names{{
     {error_code::recipe_error, "recipe_error"},
     {error_code::io_error, "io_error"},
     {error_code::usage_error, "usage_error"},
-}};
+}}};
 }  // namespace
 
-std::string_view code_name(error_code code) noexcept {
-  for (auto [c, name] : code_names)
-    if (c == code) return name;
-  return "unknown_error";
-}
+std::string_view code_name(error_code code) noexcept { return code_names.name(code); }
 
-std::optional<error_code> code_from_name(std::string_view name) noexcept {
-  for (auto [c, spelled] : code_names)
-    if (spelled == name) return c;
-  return std::nullopt;
-}
+std::optional<error_code> code_from_name(std::string_view name) noexcept { return code_names.find(name); }
 
 error::error(error_code code, std::string message, std::optional<location> where)
     : std::runtime_error(message), code_(code), message_(std::move(message)), where_(std::move(where)) {}

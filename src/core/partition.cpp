@@ -1,6 +1,7 @@
 #include "normcheck/core/partition.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/names.hpp"
 
 namespace normcheck {
 
@@ -19,9 +20,27 @@ literal_parts product(const literal_parts& a, const literal_parts& b) {
 
 }  // namespace
 
-std::string_view objective_name(objective_kind objective) noexcept {
-  return objective == objective_kind::token_mean ? "token_mean" : "weighted_token_mean";
-}
+constexpr name_table reducer_names{std::array<std::pair<reducer_kind, std::string_view>, 2>{{
+    {reducer_kind::mean, "mean"},
+    {reducer_kind::sum, "sum"},
+}}};
+
+constexpr name_table objective_names{std::array<std::pair<objective_kind, std::string_view>, 2>{{
+    {objective_kind::token_mean, "token_mean"},
+    {objective_kind::weighted_token_mean, "weighted_token_mean"},
+}}};
+
+std::string_view reducer_name(reducer_kind reducer) noexcept { return reducer_names.name(reducer); }
+
+std::optional<reducer_kind> reducer_from_name(std::string_view name) noexcept { return reducer_names.find(name); }
+
+std::string reducer_alternatives() { return reducer_names.alternatives(); }
+
+std::string_view objective_name(objective_kind objective) noexcept { return objective_names.name(objective); }
+
+std::optional<objective_kind> objective_from_name(std::string_view name) noexcept { return objective_names.find(name); }
+
+std::string objective_alternatives() { return objective_names.alternatives(); }
 
 rational microbatch_stats::mass() const {
   return weighted ? weighted->mass : rational(valid_tokens);
@@ -37,10 +56,6 @@ rational partition::mass() const {
   rational total;
   for (const rank_stats& r : ranks) total += r.mass();
   return total;
-}
-
-std::string_view reducer_name(reducer_kind reducer) noexcept {
-  return reducer == reducer_kind::mean ? "mean" : "sum";
 }
 
 std::uint64_t rank_stats::valid_tokens() const {

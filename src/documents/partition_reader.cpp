@@ -26,7 +26,7 @@ public:
     recipe_reducer_given = false;
     while (json_.next_member(key)) {
       if (key == "format") {
-        read_format();
+        json_.format(format_name);
         saw_format = true;
       } else if (key == "ranks") {
         ranks_offset = json_.value_offset();
@@ -34,20 +34,19 @@ public:
         saw_ranks = true;
       } else if (key == "world_size") {
         world_size_offset = json_.value_offset();
-        file_.declared_world_size = read_positive_integer("world_size");
+        file_.declared_world_size = json_.integer("world_size", 1, std::uint64_t{1} << 62);
       } else if (key == "reducer") {
-        read_reducer();
+        file_.update.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives());
       } else if (key == "theta") {
-        file_.update.theta = read_exact("theta");
+        file_.update.theta = json_.exact("theta");
       } else if (key == "objective") {
-        read_objective();
+        file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
       } else if (key == "description") {
-        if (json_.peek() != json_kind::string) json_.fail_type("description", "a string");
-        file_.description = std::string(json_.string_value());
+        file_.description = std::string(json_.text("description"));
       } else if (key == "expect") {
         read_expect();
       } else if (key == "expect_error") {
-        read_expect_error();
+        file_.expect_error = json_.expected_error();
       } else if (key == "observed") {
         observed_offset = json_.value_offset();
         read_observed();
@@ -56,10 +55,7 @@ public:
       } else if (key == "recipe") {
         read_recipe();
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" (a normcheck/1 document has " +
-                       std::string(top_level_keys) + ")",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "(a normcheck/1 document has " + std::string(top_level_keys) + ")");
       }
     }
     json_.finish();
@@ -90,55 +86,6 @@ public:
   }
 
 private:
-  // An exact number: a JSON number, or a string holding a fraction, hexadecimal float or decimal.
-  literal_parts read_literal(std::string_view what) { return read_literal(json_, what); }
-
-  // The same from another reader over the document (see `json_reader::at`).
-  literal_parts read_literal(json_reader& json, std::string_view what) {
-    const std::uint64_t offset = json.value_offset();
-    const json_kind kind = json.peek();
-    if (kind != json_kind::number && kind != json_kind::string)
-      json.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
-    const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
-    std::string_view text = kind == json_kind::number ? json.number_text() : json.string_value();
-    return parse_literal_at(text, form, offset);
-  }
-
-  // The general path: `parse_literal`, its errors located at the literal.
-  literal_parts parse_literal_at(std::string_view text, literal_form form, std::uint64_t offset) {
-    try {
-      return parse_literal(text, form, json_.limits().numbers);
-    } catch (error& e) {
-      e.locate(json_.locate(offset));
-      json_.mark_if_cut_off(e);
-      throw;
-    }
-  }
-
-  rational read_exact(std::string_view what) { return to_rational(read_literal(what)); }
-
-  std::uint64_t read_positive_integer(std::string_view what) { return read_count(what, 1); }
-
-  // A JSON integer in [minimum, 2^62]: world sizes and token counts.
-  std::uint64_t read_count(std::string_view what, std::uint64_t minimum) {
-    const std::string expected = minimum == 0 ? "a non-negative integer" : "a positive integer";
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::number) json_.fail_type(what, expected);
-    rational value = read_exact(what);
-    if (denominator(value) != 1 || value < minimum || value > rational(integer(1) << 62))
-      json_.fail(error_code::schema_error,
-                 std::string(what) + " must be " + expected + " (at most 2^62), found " + to_string(value), offset);
-    return static_cast<std::uint64_t>(numerator(value));
-  }
-
-  rational read_non_negative(std::string_view what) {
-    const std::uint64_t offset = json_.value_offset();
-    rational value = read_exact(what);
-    if (value < 0)
-      json_.fail(error_code::schema_error, std::string(what) + " must not be negative, found " + to_string(value), offset);
-    return value;
-  }
-
   void read_observed() {
     if (json_.peek() != json_kind::object)
       json_.fail_type("observed", "an object with gradient or per_rank, and dtype");
@@ -151,25 +98,17 @@ private:
     while (json_.next_member(key)) {
       if (key == "gradient") {
         saw_gradient = true;
-        observed.per_rank.push_back(read_exact("observed.gradient"));
+        observed.per_rank.push_back(json_.exact("observed.gradient"));
       } else if (key == "per_rank") {
         observed.from_per_rank = true;
         const std::uint64_t list_offset = json_.value_offset();
         if (json_.peek() != json_kind::array) json_.fail_type("observed.per_rank", "an array of exact numbers, one per rank");
         json_.begin_array();
-        while (json_.next_element()) observed.per_rank.push_back(read_exact("each per_rank value"));
+        while (json_.next_element()) observed.per_rank.push_back(json_.exact("each per_rank value"));
         if (observed.per_rank.empty())
           json_.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
       } else if (key == "dtype") {
-        const std::uint64_t dtype_offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("observed.dtype", "a dtype name");
-        std::string_view name = json_.string_value();
-        const std::optional<dtype> type = dtype_from_name(name);
-        if (!type)
-          json_.fail(error_code::schema_error,
-                     "unknown dtype \"" + std::string(name) + "\": expected float64, float32, bfloat16, float16 or exact",
-                     dtype_offset);
-        observed.type = *type;
+        observed.type = json_.named("dtype", dtype_from_name, dtype_alternatives());
         saw_dtype = true;
       } else if (key == "tokens") {
         read_observed_tokens(observed);
@@ -178,10 +117,7 @@ private:
       } else if (key == "tolerance") {
         read_tolerance(observed);
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) +
-                       "\" in observed (it has gradient or per_rank, dtype, tokens, mass, tolerance)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, tokens, mass, tolerance)");
       }
     }
     if (saw_gradient == observed.from_per_rank)
@@ -202,15 +138,13 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "global") {
-        observed.global_tokens = read_count("observed.tokens.global", 0);
+        observed.global_tokens = json_.integer("observed.tokens.global", 0, std::uint64_t{1} << 62);
       } else if (key == "per_rank") {
         if (json_.peek() != json_kind::array) json_.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
         json_.begin_array();
-        while (json_.next_element()) observed.rank_tokens.push_back(read_count("each per-rank count", 0));
+        while (json_.next_element()) observed.rank_tokens.push_back(json_.integer("each per-rank count", 0, std::uint64_t{1} << 62));
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in observed.tokens (it has global and per_rank)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in observed.tokens (it has global and per_rank)");
       }
     }
   }
@@ -221,15 +155,13 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "global") {
-        observed.global_mass = read_non_negative("observed.mass.global");
+        observed.global_mass = json_.non_negative("observed.mass.global");
       } else if (key == "per_rank") {
         if (json_.peek() != json_kind::array) json_.fail_type("observed.mass.per_rank", "an array of masses, one per rank");
         json_.begin_array();
-        while (json_.next_element()) observed.rank_masses.push_back(read_non_negative("each per-rank mass"));
+        while (json_.next_element()) observed.rank_masses.push_back(json_.non_negative("each per-rank mass"));
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in observed.mass (it has global and per_rank)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in observed.mass (it has global and per_rank)");
       }
     }
   }
@@ -241,12 +173,10 @@ private:
     tolerance bound;
     std::string_view key;
     while (json_.next_member(key)) {
-      if (key == "absolute") bound.absolute = read_non_negative("tolerance.absolute");
-      else if (key == "relative") bound.relative = read_non_negative("tolerance.relative");
+      if (key == "absolute") bound.absolute = json_.non_negative("tolerance.absolute");
+      else if (key == "relative") bound.relative = json_.non_negative("tolerance.relative");
       else
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in observed.tolerance (it has absolute and relative)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in observed.tolerance (it has absolute and relative)");
     }
     observed.explicit_tolerance = std::move(bound);
   }
@@ -301,18 +231,10 @@ private:
         }
         saw_scale = true;
       } else if (key == "reducer") {
-        const std::uint64_t reducer_offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("recipe.reducer", "\"mean\" or \"sum\"");
-        std::string_view value = json_.string_value();
-        if (value == "mean") parsed.reducer = reducer_kind::mean;
-        else if (value == "sum") parsed.reducer = reducer_kind::sum;
-        else
-          json_.fail(error_code::schema_error,
-                     "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"", reducer_offset);
+        parsed.reducer = json_.named("recipe.reducer", reducer_from_name, reducer_alternatives());
         recipe_reducer_given = true;
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in recipe (it has scale and reducer)", json_.key_offset());
+        json_.fail_unknown_key(key, "in recipe (it has scale and reducer)");
       }
     }
     if (!saw_scale) json_.fail(error_code::schema_error, "recipe needs a scale, e.g. \"W / N\"", offset);
@@ -347,34 +269,14 @@ private:
           expected.explanations.emplace_back(json_.string_value());
         }
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in expect_gate (it has verdict and explanations)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in expect_gate (it has verdict and explanations)");
       }
     }
     if (!saw_verdict) json_.fail(error_code::schema_error, "expect_gate needs a verdict", offset);
     file_.expect_gate = std::move(expected);
   }
 
-  void read_format() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck/1\"");
-    std::string_view value = json_.string_value();
-    if (value != format_name)
-      json_.fail(error_code::schema_error,
-                 "unsupported format \"" + std::string(value) + "\": this normcheck reads \"normcheck/1\"", offset);
-  }
 
-  void read_reducer() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("reducer", "\"mean\" or \"sum\"");
-    std::string_view value = json_.string_value();
-    if (value == "mean") file_.update.reducer = reducer_kind::mean;
-    else if (value == "sum") file_.update.reducer = reducer_kind::sum;
-    else
-      json_.fail(error_code::schema_error,
-                 "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"", offset);
-  }
 
   void read_ranks() {
     if (json_.peek() != json_kind::array) json_.fail_type("ranks", "an array with one object per rank");
@@ -419,10 +321,7 @@ private:
         weights_offset = json_.value_offset();
         json_.skip_value();
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) +
-                       "\" in a rank (a rank has \"targets\" or \"microbatches\", and \"weights\" for a weighted objective)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in a rank (a rank has \"targets\" or \"microbatches\", and \"weights\" for a weighted objective)");
       }
     }
     if (saw_targets == saw_microbatches)
@@ -442,8 +341,8 @@ private:
   // Pairs a rank's weights with its tokens: the same shape, a non-negative exact weight beside each valid
   // token and null beside each padded position. Weighted tokens take the general literal path.
   void read_weights(rank_stats& rank, std::uint64_t tokens_offset, std::uint64_t weights_offset, bool accumulated) {
-    json_reader tokens = json_.at(tokens_offset);
-    json_reader weights = json_.at(weights_offset);
+    field_reader tokens = json_.at(tokens_offset);
+    field_reader weights = json_.at(weights_offset);
     const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
     if (weights.peek() != json_kind::array) weights.fail_type("weights", shape);
     if (!accumulated) {
@@ -469,7 +368,7 @@ private:
                    weights.value_offset());
   }
 
-  microbatch_stats read_weighted_tokens(json_reader& tokens, json_reader& weights) {
+  microbatch_stats read_weighted_tokens(field_reader& tokens, field_reader& weights) {
     const std::uint64_t list_offset = weights.value_offset();
     tokens.begin_array();
     weights.begin_array();
@@ -498,7 +397,7 @@ private:
       machine_literal fast_target;
       machine_literal fast_weight;
       const bool target_is_fast = tokens.machine_value(fast_target);
-      const literal_parts target = target_is_fast ? literal_parts{} : read_literal(tokens, "a token value");
+      const literal_parts target = target_is_fast ? literal_parts{} : tokens.literal("a token value");
       const std::uint64_t weight_offset = weights.value_offset();
       if (weights.peek() == json_kind::null)
         weights.fail(error_code::schema_error,
@@ -506,7 +405,7 @@ private:
                          " holds a valid token, so its weight must be an exact non-negative number (null only beside padding)",
                      weight_offset);
       const bool weight_is_fast = weights.machine_value(fast_weight);
-      const literal_parts w = weight_is_fast ? literal_parts{} : read_literal(weights, "a token weight");
+      const literal_parts w = weight_is_fast ? literal_parts{} : weights.literal("a token weight");
       const bool negative = weight_is_fast ? fast_weight.negative && fast_weight.significand != 0
                                            : w.negative && w.significand != 0;
       if (negative)
@@ -541,17 +440,6 @@ private:
                    recipe_offset);
   }
 
-  void read_objective() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("objective", "\"token_mean\" or \"weighted_token_mean\"");
-    std::string_view value = json_.string_value();
-    if (value == "token_mean") file_.update.objective = objective_kind::token_mean;
-    else if (value == "weighted_token_mean") file_.update.objective = objective_kind::weighted_token_mean;
-    else
-      json_.fail(error_code::schema_error,
-                 "unknown objective \"" + std::string(value) + "\": expected \"token_mean\" or \"weighted_token_mean\"",
-                 offset);
-  }
 
   // The hot loop: each literal is read straight from the input into machine integers and summed
   // without allocating; what that path does not take (fractions, long significands, anything
@@ -569,7 +457,7 @@ private:
         json_.null_value();
         builder.add_padding();
       } else {
-        builder.add_token(read_literal("a token value"));
+        builder.add_token(json_.literal("a token value"));
       }
     }
     return builder.finish();
@@ -587,7 +475,7 @@ private:
           json_.null_value();
           file_.expect_recipe.emplace(std::nullopt);
         } else {
-          file_.expect_recipe.emplace(read_exact("the expected recipe gradient"));
+          file_.expect_recipe.emplace(json_.exact("the expected recipe gradient"));
         }
         continue;
       }
@@ -601,24 +489,13 @@ private:
       }
       expectation entry{*name, std::nullopt};
       if (json_.peek() == json_kind::null) json_.null_value();
-      else entry.value = read_exact("an expected gradient");
+      else entry.value = json_.exact("an expected gradient");
       file_.expect.push_back(std::move(entry));
     }
   }
 
-  void read_expect_error() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("expect_error", "an error code string");
-    std::string_view value = json_.string_value();
-    const std::optional<error_code> code = code_from_name(value);
-    if (!code || *code == error_code::usage_error || *code == error_code::io_error)
-      json_.fail(error_code::schema_error,
-                 "expect_error \"" + std::string(value) + "\" is not an error code a document can produce",
-                 offset);
-    file_.expect_error = code;
-  }
 
-  json_reader json_;
+  field_reader json_;
   partition_file file_;
   bool recipe_reducer_given = false;
   std::uint64_t recipe_offset = 0;

@@ -1,5 +1,7 @@
 #include "normcheck/documents/scenario.hpp"
 
+#include "normcheck/core/names.hpp"
+
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -8,32 +10,25 @@ namespace normcheck {
 
 namespace {
 
-constexpr std::array<std::pair<fault_kind, std::string_view>, 5> fault_names{{
+constexpr name_table fault_names{std::array<std::pair<fault_kind, std::string_view>, 5>{{
     {fault_kind::initial_parameters, "initial_parameters"},
     {fault_kind::optimizer_state, "optimizer_state"},
     {fault_kind::local_clipping, "local_clipping"},
     {fault_kind::scheduler_step, "scheduler_step"},
     {fault_kind::skipped_collective, "skipped_collective"},
-}};
+}}};
 
-constexpr std::array<std::pair<state_part, std::string_view>, 4> part_names{{
+constexpr name_table part_names{std::array<std::pair<state_part, std::string_view>, 4>{{
     {state_part::theta, "theta"},
     {state_part::momentum, "momentum"},
     {state_part::scheduler, "scheduler"},
     {state_part::gradient, "gradient"},
-}};
+}}};
 
-constexpr std::array<std::pair<halt_cause, std::string_view>, 2> cause_names{{
+constexpr name_table cause_names{std::array<std::pair<halt_cause, std::string_view>, 2>{{
     {halt_cause::skipped_collective, "skipped_collective"},
     {halt_cause::undefined_local_loss, "undefined_local_loss"},
-}};
-
-template <typename Table>
-std::string listed(const Table& table) {
-  std::string out;
-  for (const auto& [id, name] : table) out += (out.empty() ? "" : ", ") + std::string(name);
-  return out;
-}
+}}};
 
 constexpr std::string_view top_level_keys =
     "format, description, world_size, theta, initial_sync, loss_scale, reducer, optimizer, steps, faults, "
@@ -70,23 +65,21 @@ public:
     bool saw_format = false;
     while (json_.next_member(key)) {
       if (key == "format") {
-        read_format();
+        json_.format(scenario_format_name);
         saw_format = true;
       } else if (key == "description") {
-        if (json_.peek() != json_kind::string) json_.fail_type("description", "a string");
-        result_.description = std::string(json_.string_value());
+        result_.description = std::string(json_.text("description"));
       } else if (key == "world_size") {
         world_size_offset_ = json_.value_offset();
-        declared_world_size_ = read_count("world_size", 1, scenario_max_world_size);
+        declared_world_size_ = json_.integer("world_size", 1, scenario_max_world_size);
       } else if (key == "theta") {
         theta_ = read_value("theta");
       } else if (key == "initial_sync") {
-        if (json_.peek() != json_kind::boolean) json_.fail_type("initial_sync", "true or false");
-        result_.initial_sync = json_.boolean_value();
+        result_.initial_sync = json_.flag("initial_sync");
       } else if (key == "loss_scale") {
         read_loss_scale();
       } else if (key == "reducer") {
-        read_reducer();
+        result_.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives());
       } else if (key == "optimizer") {
         optimizer_offset_ = json_.value_offset();
         read_optimizer();
@@ -98,12 +91,9 @@ public:
       } else if (key == "expect") {
         read_expect();
       } else if (key == "expect_error") {
-        read_expect_error();
+        result_.expect_error = json_.expected_error();
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" (a normcheck-scenario/1 document has " +
-                       std::string(top_level_keys) + ")",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "(a normcheck-scenario/1 document has " + std::string(top_level_keys) + ")");
       }
     }
     json_.finish();
@@ -125,39 +115,6 @@ private:
     json_.fail(code, std::move(message), offset);
   }
 
-  literal_parts read_literal(std::string_view what) {
-    const std::uint64_t offset = json_.value_offset();
-    const json_kind kind = json_.peek();
-    if (kind != json_kind::number && kind != json_kind::string)
-      json_.fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
-    const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
-    std::string_view text = kind == json_kind::number ? json_.number_text() : json_.string_value();
-    try {
-      return parse_literal(text, form, json_.limits().numbers);
-    } catch (error& e) {
-      e.locate(json_.locate(offset));
-      json_.mark_if_cut_off(e);  // a literal cut by the end of the file says nothing about the document
-      throw;
-    }
-  }
-
-  rational read_exact(std::string_view what) { return to_rational(read_literal(what)); }
-
-  // A JSON integer in [low, high].
-  std::uint64_t read_count(std::string_view what, std::uint64_t low, std::uint64_t high,
-                           error_code beyond = error_code::schema_error) {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::number) json_.fail_type(what, "an integer");
-    rational value = read_exact(what);
-    if (denominator(value) != 1 || value < low)
-      fail_at(offset, std::string(what) + " must be an integer of at least " + std::to_string(low) + ", found " +
-                          to_string(value));
-    if (value > high)
-      fail_at(offset, std::string(what) + " is " + to_string(value) + ", more than the limit of " + std::to_string(high),
-              beyond);
-    return static_cast<std::uint64_t>(numerator(value));
-  }
-
   written_value read_value(std::string_view what) {
     written_value value;
     value.offset = json_.value_offset();
@@ -170,24 +127,17 @@ private:
                   std::string(what) + " has more than " + std::to_string(scenario_max_dimension) +
                       " coordinates, the limit of a scenario",
                   error_code::limit_exceeded);
-        value.values.push_back(read_exact("each coordinate of " + std::string(what)));
+        value.values.push_back(json_.exact("each coordinate of " + std::string(what)));
       }
       if (value.values.empty()) fail_at(value.offset, std::string(what) + " must not be an empty array");
       return value;
     }
     if (json_.peek() != json_kind::number && json_.peek() != json_kind::string)
       json_.fail_type(what, "an exact number, or an array of exact numbers for a vector model");
-    value.values.push_back(read_exact(what));
+    value.values.push_back(json_.exact(what));
     return value;
   }
 
-  void read_format() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("format", "the string \"normcheck-scenario/1\"");
-    std::string_view value = json_.string_value();
-    if (value != scenario_format_name)
-      fail_at(offset, "unsupported format \"" + std::string(value) + "\": this reader takes \"normcheck-scenario/1\"");
-  }
 
   void read_loss_scale() {
     const std::uint64_t offset = json_.value_offset();
@@ -202,21 +152,7 @@ private:
     result_.loss_scale = *s;
   }
 
-  void read_reducer() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("reducer", "\"mean\" or \"sum\"");
-    std::string_view value = json_.string_value();
-    if (value == "mean") result_.reducer = reducer_kind::mean;
-    else if (value == "sum") result_.reducer = reducer_kind::sum;
-    else fail_at(offset, "unknown reducer \"" + std::string(value) + "\": expected \"mean\" or \"sum\"");
-  }
 
-  rational read_non_negative(std::string_view what) {
-    const std::uint64_t offset = json_.value_offset();
-    rational value = read_exact(what);
-    if (value < 0) fail_at(offset, std::string(what) + " must not be negative, found " + to_string(value));
-    return value;
-  }
 
   void read_optimizer() {
     if (json_.peek() != json_kind::object)
@@ -237,28 +173,25 @@ private:
             if (config.schedule.rates.size() == scenario_max_steps)
               fail_at(json_.value_offset(), "lr lists more than " + std::to_string(scenario_max_steps) + " rates",
                       error_code::limit_exceeded);
-            config.schedule.rates.push_back(read_non_negative("each learning rate"));
+            config.schedule.rates.push_back(json_.non_negative("each learning rate"));
           }
           if (config.schedule.rates.empty()) fail_at(lr_offset, "lr must not be an empty list");
         } else {
-          config.schedule.rates.push_back(read_non_negative("lr"));
+          config.schedule.rates.push_back(json_.non_negative("lr"));
         }
       } else if (key == "lr_decay") {
         decay_offset = json_.value_offset();
         read_decay();
       } else if (key == "momentum") {
-        config.momentum = read_non_negative("momentum");
+        config.momentum = json_.non_negative("momentum");
       } else if (key == "weight_decay") {
-        config.weight_decay = read_non_negative("weight_decay");
+        config.weight_decay = json_.non_negative("weight_decay");
       } else if (key == "clip_value") {
-        config.clip_value = read_non_negative("clip_value");
+        config.clip_value = json_.non_negative("clip_value");
       } else if (key == "clip_norm") {
-        config.clip_norm = read_non_negative("clip_norm");
+        config.clip_norm = json_.non_negative("clip_norm");
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) +
-                       "\" in optimizer (it has lr, lr_decay, momentum, weight_decay, clip_value, clip_norm)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in optimizer (it has lr, lr_decay, momentum, weight_decay, clip_value, clip_norm)");
       }
     }
     if (!saw_lr) fail_at(optimizer_offset_, "optimizer needs \"lr\": a learning rate, or a list of one per step");
@@ -276,14 +209,13 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "every") {
-        result_.optimizer.schedule.decay_every = read_count("lr_decay.every", 1, scenario_max_steps);
+        result_.optimizer.schedule.decay_every = json_.integer("lr_decay.every", 1, scenario_max_steps);
         saw_every = true;
       } else if (key == "gamma") {
-        result_.optimizer.schedule.gamma = read_non_negative("lr_decay.gamma");
+        result_.optimizer.schedule.gamma = json_.non_negative("lr_decay.gamma");
         saw_gamma = true;
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in lr_decay (it has every and gamma)", json_.key_offset());
+        json_.fail_unknown_key(key, "in lr_decay (it has every and gamma)");
       }
     }
     if (!saw_every || !saw_gamma) fail_at(offset, "lr_decay needs both \"every\" and \"gamma\"");
@@ -322,10 +254,9 @@ private:
         if (step.ranks.empty()) fail_at(ranks_offset, "ranks must not be empty: list every rank of the step");
       } else if (key == "repeat") {
         repeat_offset = json_.value_offset();
-        repeat = read_count("repeat", 1, scenario_max_steps, error_code::limit_exceeded);
+        repeat = json_.integer("repeat", 1, scenario_max_steps, error_code::limit_exceeded);
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in a step (a step has ranks and repeat)", json_.key_offset());
+        json_.fail_unknown_key(key, "in a step (a step has ranks and repeat)");
       }
     }
     if (!saw_ranks) fail_at(offset, "a step needs \"ranks\": one object per rank");
@@ -371,9 +302,7 @@ private:
           fail_at(list_offset, "microbatches must not be empty: a rank takes part with at least one microbatch "
                                "(an empty one, [], if it holds no token)");
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in a rank (a rank has \"targets\" or \"microbatches\")",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in a rank (a rank has \"targets\" or \"microbatches\")");
       }
     }
     if (saw_targets == saw_microbatches)
@@ -434,7 +363,7 @@ private:
         note_token_form(false, x.size(), offset);
         add_sample(m, x, y);
       } else {
-        rational y = read_exact("a token value");
+        rational y = json_.exact("a token value");
         note_token_form(true, 1, offset);
         add_sample(m, unit, y);
       }
@@ -453,11 +382,9 @@ private:
         if (json_.peek() != json_kind::array) json_.fail_type("x", "an array of exact numbers (the token's features)");
         x = read_value("x");
       } else if (key == "y") {
-        y = read_exact("y");
+        y = json_.exact("y");
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in a token (a vector-model token has x and y)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in a token (a vector-model token has x and y)");
       }
     }
     if (!x || !y) fail_at(offset, "a vector-model token needs both \"x\" (features) and \"y\" (target)");
@@ -481,23 +408,14 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "kind") {
-        const std::uint64_t offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("kind", "a fault name");
-        std::string_view name = json_.string_value();
-        bool found = false;
-        for (const auto& [id, spelled] : fault_names)
-          if (spelled == name) {
-            pending.item.kind = id;
-            found = true;
-          }
-        if (!found)
-          fail_at(offset, "unknown fault \"" + std::string(name) + "\" (known: " + listed(fault_names) + ")");
+        pending.item.kind =
+            json_.named("fault", [](std::string_view name) { return fault_names.find(name); }, fault_names.alternatives());
         saw_kind = true;
       } else if (key == "rank") {
-        pending.item.rank = read_count("rank", 0, scenario_max_world_size);
+        pending.item.rank = json_.integer("rank", 0, scenario_max_world_size);
         saw_rank = true;
       } else if (key == "step") {
-        pending.item.step = read_count("step", 1, scenario_max_steps);
+        pending.item.step = json_.integer("step", 1, scenario_max_steps);
         pending.has_step = true;
       } else if (key == "theta" || key == "momentum") {
         if (pending.has_value)
@@ -506,9 +424,7 @@ private:
         pending.value_key = std::string(key);
         pending.value = read_value(key);
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in a fault (a fault has kind, rank, step, theta or momentum)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in a fault (a fault has kind, rank, step, theta or momentum)");
       }
     }
     if (!saw_kind || !saw_rank) fail_at(pending.offset, "a fault needs \"kind\" and \"rank\"");
@@ -523,7 +439,7 @@ private:
       if (ranks.size() == scenario_max_world_size)
         fail_at(json_.value_offset(), std::string(what) + " lists more ranks than a scenario can have",
                 error_code::limit_exceeded);
-      ranks.push_back(read_count("each rank", 0, scenario_max_world_size));
+      ranks.push_back(json_.integer("each rank", 0, scenario_max_world_size));
     }
     return ranks;
   }
@@ -536,8 +452,7 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "replicas_agree" || key == "equals_reference") {
-        if (json_.peek() != json_kind::boolean) json_.fail_type(key, "true or false");
-        (key == "replicas_agree" ? expect.replicas_agree : expect.equals_reference) = json_.boolean_value();
+        (key == "replicas_agree" ? expect.replicas_agree : expect.equals_reference) = json_.flag(key);
       } else if (key == "first_divergence") {
         expect.first_divergence = read_divergence_claim();
       } else if (key == "first_reference_difference") {
@@ -556,11 +471,7 @@ private:
         }
         saw_final_theta_ = true;
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) +
-                       "\" in expect (it has replicas_agree, first_divergence, equals_reference, "
-                       "first_reference_difference, halt, final_theta)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in expect (it has replicas_agree, first_divergence, equals_reference, first_reference_difference, halt, final_theta)");
       }
     }
   }
@@ -579,21 +490,13 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "step") {
-        claim.step = read_count("step", 0, scenario_max_steps);
+        claim.step = json_.integer("step", 0, scenario_max_steps);
       } else if (key == "rank") {
-        claim.rank = read_count("rank", 0, scenario_max_world_size);
+        claim.rank = json_.integer("rank", 0, scenario_max_world_size);
       } else if (key == "state") {
-        const std::uint64_t state_offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("state", "a state name");
-        std::string_view name = json_.string_value();
-        const std::optional<state_part> part = state_part_from_name(name);
-        if (!part)
-          fail_at(state_offset, "unknown state \"" + std::string(name) + "\" (known: " + listed(part_names) + ")");
-        claim.part = *part;
+        claim.part = json_.named("state", state_part_from_name, part_names.alternatives());
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in first_divergence (it has step, rank, state)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in first_divergence (it has step, rank, state)");
       }
       ++seen;
     }
@@ -614,12 +517,10 @@ private:
     int seen = 0;
     std::string_view key;
     while (json_.next_member(key)) {
-      if (key == "step") claim.step = read_count("step", 0, scenario_max_steps);
-      else if (key == "rank") claim.rank = read_count("rank", 0, scenario_max_world_size);
+      if (key == "step") claim.step = json_.integer("step", 0, scenario_max_steps);
+      else if (key == "rank") claim.rank = json_.integer("rank", 0, scenario_max_world_size);
       else
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in first_reference_difference (it has step and rank)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in first_reference_difference (it has step and rank)");
       ++seen;
     }
     if (seen != 2) fail_at(offset, "first_reference_difference needs step and rank");
@@ -641,16 +542,10 @@ private:
     std::string_view key;
     while (json_.next_member(key)) {
       if (key == "step") {
-        claim.step = read_count("step", 1, scenario_max_steps);
+        claim.step = json_.integer("step", 1, scenario_max_steps);
         saw_step = true;
       } else if (key == "cause") {
-        const std::uint64_t cause_offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("cause", "a halt cause");
-        std::string_view name = json_.string_value();
-        const std::optional<halt_cause> cause = halt_cause_from_name(name);
-        if (!cause)
-          fail_at(cause_offset, "unknown cause \"" + std::string(name) + "\" (known: " + listed(cause_names) + ")");
-        claim.cause = *cause;
+        claim.cause = json_.named("cause", halt_cause_from_name, cause_names.alternatives());
         saw_cause = true;
       } else if (key == "waiting") {
         claim.waiting = read_rank_list("waiting");
@@ -659,24 +554,13 @@ private:
       } else if (key == "ranks") {
         claim.ranks = read_rank_list("ranks");
       } else {
-        json_.fail(error_code::schema_error,
-                   "unknown key \"" + std::string(key) + "\" in halt (it has step, cause, waiting, missing, ranks)",
-                   json_.key_offset());
+        json_.fail_unknown_key(key, "in halt (it has step, cause, waiting, missing, ranks)");
       }
     }
     if (!saw_step || !saw_cause) fail_at(offset, "halt needs step and cause");
     return claim;
   }
 
-  void read_expect_error() {
-    const std::uint64_t offset = json_.value_offset();
-    if (json_.peek() != json_kind::string) json_.fail_type("expect_error", "an error code string");
-    std::string_view value = json_.string_value();
-    const std::optional<error_code> code = code_from_name(value);
-    if (!code || *code == error_code::usage_error || *code == error_code::io_error)
-      fail_at(offset, "expect_error \"" + std::string(value) + "\" is not an error code a document can produce");
-    result_.expect_error = code;
-  }
 
   // A written value must have the model's form: a number for the scalar model, d numbers otherwise.
   void require_model_form(const written_value& value, std::string_view what) {
@@ -802,7 +686,7 @@ private:
     result_.expect.final_theta = std::move(values);
   }
 
-  json_reader json_;
+  field_reader json_;
   scenario result_;
   std::optional<written_value> theta_;
   std::optional<std::uint64_t> declared_world_size_;
@@ -844,35 +728,15 @@ rational lr_schedule::rate(std::uint64_t position) const {
   return value;
 }
 
-std::string_view fault_name(fault_kind kind) noexcept {
-  for (const auto& [id, name] : fault_names)
-    if (id == kind) return name;
-  return "unknown";
-}
+std::string_view fault_name(fault_kind kind) noexcept { return fault_names.name(kind); }
 
-std::string_view state_part_name(state_part part) noexcept {
-  for (const auto& [id, name] : part_names)
-    if (id == part) return name;
-  return "unknown";
-}
+std::string_view state_part_name(state_part part) noexcept { return part_names.name(part); }
 
-std::optional<state_part> state_part_from_name(std::string_view name) noexcept {
-  for (const auto& [id, spelled] : part_names)
-    if (spelled == name) return id;
-  return std::nullopt;
-}
+std::optional<state_part> state_part_from_name(std::string_view name) noexcept { return part_names.find(name); }
 
-std::string_view halt_cause_name(halt_cause cause) noexcept {
-  for (const auto& [id, name] : cause_names)
-    if (id == cause) return name;
-  return "unknown";
-}
+std::string_view halt_cause_name(halt_cause cause) noexcept { return cause_names.name(cause); }
 
-std::optional<halt_cause> halt_cause_from_name(std::string_view name) noexcept {
-  for (const auto& [id, spelled] : cause_names)
-    if (spelled == name) return id;
-  return std::nullopt;
-}
+std::optional<halt_cause> halt_cause_from_name(std::string_view name) noexcept { return cause_names.find(name); }
 
 scenario read_scenario(std::string_view text, std::string source, const reader_limits& limits) {
   return scenario_reader(text, std::move(source), limits).read();

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,10 @@ enum class reducer_kind {
 
 /// "mean" or "sum".
 std::string_view reducer_name(reducer_kind reducer) noexcept;
+/// The reducer spelled `name`, if any.
+std::optional<reducer_kind> reducer_from_name(std::string_view name) noexcept;
+/// Every spelling, for messages: "mean or sum".
+std::string reducer_alternatives();
 
 /// What one update's optimizer step minimizes.
 enum class objective_kind {
@@ -31,6 +36,10 @@ enum class objective_kind {
 
 /// "token_mean" or "weighted_token_mean".
 std::string_view objective_name(objective_kind objective) noexcept;
+/// The objective spelled `name`, if any.
+std::optional<objective_kind> objective_from_name(std::string_view name) noexcept;
+/// Every spelling, for messages.
+std::string objective_alternatives();
 
 /// The weighted sums of one microbatch's valid tokens.
 struct weighted_sums {

@@ -6,7 +6,7 @@
 #include "normcheck/core/errors.hpp"
 #include "normcheck/gate/gate.hpp"
 #include "normcheck/core/gradients.hpp"
-#include "normcheck/io/json_reader.hpp"
+#include "normcheck/documents/field_reader.hpp"
 #include "normcheck/gate/observed.hpp"
 #include "normcheck/core/partition.hpp"
 #include "normcheck/recipes/recipe.hpp"

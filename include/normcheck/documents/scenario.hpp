@@ -7,7 +7,7 @@
 
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/gradients.hpp"
-#include "normcheck/io/json_reader.hpp"
+#include "normcheck/documents/field_reader.hpp"
 #include "normcheck/core/partition.hpp"
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 /// object: the synchronized gradient (or each rank's copy of it), its floating-point type, and the
 /// token counts the code divided by.
 
+#include "normcheck/core/dtype.hpp"
 #include "normcheck/core/rational.hpp"
 
 #include <cstdint>
@@ -12,16 +13,6 @@
 #include <vector>
 
 namespace normcheck {
-
-/// The arithmetic the training code computed in.
-enum class dtype { float64, float32, bfloat16, float16, exact };
-
-/// "float64", "float32", "bfloat16", "float16" or "exact".
-std::string_view dtype_name(dtype type) noexcept;
-/// The dtype spelled `name`, if any.
-std::optional<dtype> dtype_from_name(std::string_view name) noexcept;
-/// The unit roundoff u of a dtype (2^-53 for float64, 2^-24 float32, 2^-8 bfloat16, 2^-11 float16, 0 exact).
-rational unit_roundoff(dtype type);
 
 /// An explicit tolerance that replaces the derived bound: |observed − v| ≤ absolute + relative·|v|.
 struct tolerance {

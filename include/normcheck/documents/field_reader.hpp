@@ -1,0 +1,69 @@
+#pragma once
+/// \file documents/field_reader.hpp
+/// The typed fields every document kind is made of: exact numbers, counts, names from a fixed list,
+/// `format` and `expect_error`. Each read checks the value where it stands and fails with the
+/// stable code, the value's line:column and what was expected, so that the normcheck/1 reader, the
+/// scenario reader and the trace reader say the same thing about the same mistake.
+
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/exact_sum.hpp"
+#include "normcheck/core/rational.hpp"
+#include "normcheck/io/json_reader.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace normcheck {
+
+/// A json_reader with the typed reads of a document's fields.
+class field_reader : public json_reader {
+public:
+  using json_reader::json_reader;
+  /// Reads on from where `json` stands.
+  explicit field_reader(json_reader json) : json_reader(std::move(json)) {}
+
+  /// A second reader over the same text at `offset` (see json_reader::at).
+  field_reader at(std::uint64_t offset) const { return field_reader(json_reader::at(offset)); }
+
+  /// An exact number, taken apart: a JSON number, or a string holding a fraction, hexadecimal float or
+  /// decimal. Literal errors (bad_number, number_out_of_range) are located at the value.
+  literal_parts literal(std::string_view what);
+  /// An exact number.
+  rational exact(std::string_view what);
+  /// An exact number ≥ 0.
+  rational non_negative(std::string_view what);
+  /// A JSON integer in [low, high]: below `low` or not an integer is a schema_error, above `high` is
+  /// `beyond` (a schema_error unless the caller names a limit).
+  std::uint64_t integer(std::string_view what, std::uint64_t low, std::uint64_t high,
+                        error_code beyond = error_code::schema_error);
+  /// A string (the view lives until the next string read).
+  std::string_view text(std::string_view what);
+  /// true or false.
+  bool flag(std::string_view what);
+  /// A name from a fixed list: `find` maps a spelling to its value, `alternatives` lists them for the
+  /// message ("unknown reducer \"avg\": expected mean or sum").
+  template <typename Find>
+  auto named(std::string_view what, Find find, std::string_view alternatives) {
+    const std::uint64_t offset = value_offset();
+    const std::string_view spelled = text(what);
+    const auto value = find(spelled);
+    if (!value) fail_unknown(what, spelled, alternatives, offset);
+    return *value;
+  }
+  /// The `format` member: the string `expected`, or a schema_error saying which format this reader takes.
+  void format(std::string_view expected);
+  /// The `expect_error` member: an error code a document can produce.
+  error_code expected_error();
+
+  /// Fails with a schema_error at the key last read: an unknown key, and the keys `where` has.
+  [[noreturn]] void fail_unknown_key(std::string_view key, std::string_view where_and_known);
+
+private:
+  literal_parts parse_at(std::string_view written, literal_form form, std::uint64_t offset);
+  [[noreturn]] void fail_unknown(std::string_view what, std::string_view spelled, std::string_view alternatives,
+                                 std::uint64_t offset);
+};
+
+}  // namespace normcheck

@@ -1,0 +1,109 @@
+#include "normcheck/documents/field_reader.hpp"
+
+namespace normcheck {
+
+namespace {
+
+// The value of a decimal literal read into machine integers, when it is an integer in [low, high]: the
+// common case, taken without building a rational (a trace has millions of counts).
+std::optional<std::uint64_t> machine_integer(const machine_literal& literal, std::uint64_t low, std::uint64_t high) {
+  if (literal.exp2 != literal.exp5 || literal.exp2 < 0 || literal.exp2 > 19) return std::nullopt;
+  if (literal.negative && literal.significand != 0) return std::nullopt;
+  std::uint64_t value = literal.significand;
+  for (std::int32_t i = 0; i < literal.exp2; ++i) {
+    if (value > high / 10) return std::nullopt;
+    value *= 10;
+  }
+  if (value < low || value > high) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+literal_parts field_reader::literal(std::string_view what) {
+  const std::uint64_t offset = value_offset();
+  const json_kind kind = peek();
+  if (kind != json_kind::number && kind != json_kind::string)
+    fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
+  const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
+  return parse_at(kind == json_kind::number ? number_text() : string_value(), form, offset);
+}
+
+literal_parts field_reader::parse_at(std::string_view written, literal_form form, std::uint64_t offset) {
+  try {
+    return parse_literal(written, form, limits().numbers);
+  } catch (error& e) {
+    e.locate(locate(offset));
+    mark_if_cut_off(e);  // a literal cut by the end of the file says nothing about the document
+    throw;
+  }
+}
+
+rational field_reader::exact(std::string_view what) { return to_rational(literal(what)); }
+
+rational field_reader::non_negative(std::string_view what) {
+  const std::uint64_t offset = value_offset();
+  rational value = exact(what);
+  if (value < 0)
+    fail(error_code::schema_error, std::string(what) + " must not be negative, found " + to_string(value), offset);
+  return value;
+}
+
+std::uint64_t field_reader::integer(std::string_view what, std::uint64_t low, std::uint64_t high, error_code beyond) {
+  const std::uint64_t offset = value_offset();
+  const std::string expected = low == 0 ? "a non-negative integer" : low == 1 ? "a positive integer"
+                                                                              : "an integer of at least " + std::to_string(low);
+  if (peek() != json_kind::number) fail_type(what, expected);
+  const std::string_view written = number_text();
+  machine_literal fast;
+  if (scan_machine_literal(written, literal_form::json_number, limits().numbers, fast))
+    if (const std::optional<std::uint64_t> value = machine_integer(fast, low, high)) return *value;
+  const rational value = to_rational(parse_at(written, literal_form::json_number, offset));
+  if (denominator(value) != 1 || value < low)
+    fail(error_code::schema_error, std::string(what) + " must be " + expected + ", found " + to_string(value), offset);
+  if (value > high)
+    fail(beyond, std::string(what) + " is " + to_string(value) + ", more than the limit of " + std::to_string(high), offset);
+  return static_cast<std::uint64_t>(numerator(value));
+}
+
+std::string_view field_reader::text(std::string_view what) {
+  if (peek() != json_kind::string) fail_type(what, "a string");
+  return string_value();
+}
+
+bool field_reader::flag(std::string_view what) {
+  if (peek() != json_kind::boolean) fail_type(what, "true or false");
+  return boolean_value();
+}
+
+void field_reader::format(std::string_view expected) {
+  const std::uint64_t offset = value_offset();
+  if (peek() != json_kind::string) fail_type("format", "the string \"" + std::string(expected) + "\"");
+  const std::string_view value = string_value();
+  if (value != expected)
+    fail(error_code::schema_error,
+         "unsupported format \"" + std::string(value) + "\": this reader takes \"" + std::string(expected) + "\"", offset);
+}
+
+error_code field_reader::expected_error() {
+  const std::uint64_t offset = value_offset();
+  if (peek() != json_kind::string) fail_type("expect_error", "an error code string");
+  const std::string_view value = string_value();
+  const std::optional<error_code> code = code_from_name(value);
+  if (!code || *code == error_code::usage_error || *code == error_code::io_error)
+    fail(error_code::schema_error, "expect_error \"" + std::string(value) + "\" is not an error code a document can produce",
+         offset);
+  return *code;
+}
+
+void field_reader::fail_unknown_key(std::string_view key, std::string_view where_and_known) {
+  fail(error_code::schema_error, "unknown key \"" + std::string(key) + "\" " + std::string(where_and_known), key_offset());
+}
+
+void field_reader::fail_unknown(std::string_view what, std::string_view spelled, std::string_view alternatives,
+                                std::uint64_t offset) {
+  fail(error_code::schema_error,
+       "unknown " + std::string(what) + " \"" + std::string(spelled) + "\": expected " + std::string(alternatives), offset);
+}
+
+}  // namespace normcheck
