@@ -4,40 +4,37 @@
 
 #include "normcheck/check/check.hpp"
 #include "normcheck/io/files.hpp"
-#include "normcheck/check/report.hpp"
+#include "normcheck/check/json_report.hpp"
+#include "normcheck/check/junit_report.hpp"
+#include "normcheck/check/text_report.hpp"
 
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 namespace normcheck::cli {
 
 namespace {
 
-struct check_options {
+struct check_command_options {
   std::vector<std::string> paths;
   bool json = false;
   std::string junit;
   std::string output;
-  reader_limits limits;
+  check_options checking;
 };
 
-outcome run_check(const check_options& options) {
+outcome run_check(const check_command_options& options) {
   std::vector<std::filesystem::path> inputs(options.paths.begin(), options.paths.end());
   std::vector<file_report> reports;
   for (const std::filesystem::path& input : collect_inputs(inputs)) {
-    reports.push_back(check_path(input, options.limits));
+    reports.push_back(check_path(input, options.checking));
     if (!options.json) print_text(std::cout, reports.back());
   }
   const run_summary summary = summarize(reports);
-  if (options.json) print_json(std::cout, reports);
+  if (options.json) std::cout << json_report(reports);
   else print_summary(std::cout, summary);
   if (!options.junit.empty()) write_file_atomically(options.junit, junit_report(reports));
-  if (!options.output.empty()) {
-    std::ostringstream json;
-    print_json(json, reports);
-    write_file_atomically(options.output, json.str());
-  }
+  if (!options.output.empty()) write_file_atomically(options.output, json_report(reports));
   if (summary.errors > 0) return outcome::rejected;
   if (summary.failed > 0) return outcome::check_failed;
   return outcome::holds;
@@ -46,21 +43,21 @@ outcome run_check(const check_options& options) {
 }  // namespace
 
 void add_check_command(CLI::App& app, action& run) {
-  auto options = std::make_shared<check_options>();
+  auto options = std::make_shared<check_command_options>();
   CLI::App* check =
       app.add_subcommand("check", "Check normcheck/1 partition files (a directory: its *.json, recursively, sorted)");
   check->add_option("paths", options->paths, "Partition files or directories")->required();
   check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
   check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)");
-  check->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted")
+  check->add_option("--max-depth", options->checking.limits.max_depth, "Deepest JSON nesting accepted")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  check->add_option("--max-file-size", options->limits.max_file_size, "Largest file accepted, in bytes")
+  check->add_option("--max-file-size", options->checking.limits.max_file_size, "Largest file accepted, in bytes")
       ->capture_default_str();
-  check->add_option("--max-digits", options->limits.numbers.max_digits, "Most digits in one literal")
+  check->add_option("--max-digits", options->checking.limits.numbers.max_digits, "Most digits in one literal")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000000));
-  check->add_option("--max-exponent", options->limits.numbers.max_exponent, "Largest |exponent| of a literal as written")
+  check->add_option("--max-exponent", options->checking.limits.numbers.max_exponent, "Largest |exponent| of a literal as written")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000000));
   check->add_option("--output", options->output,

@@ -2,10 +2,9 @@
 
 #include "commands.hpp"
 
-#include "normcheck/documents/partition_reader.hpp"
 #include "normcheck/io/files.hpp"
-#include "normcheck/check/report.hpp"
-#include "normcheck/simulation/simulate.hpp"
+#include "normcheck/simulation/expectations.hpp"
+#include "normcheck/simulation/simulation_report.hpp"
 
 #include <iostream>
 #include <memory>

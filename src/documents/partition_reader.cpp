@@ -5,14 +5,17 @@ namespace normcheck {
 
 namespace {
 
-constexpr std::string_view top_level_keys =
-    "format, ranks, world_size, reducer, theta, objective, description, expect, expect_error, observed, expect_gate, recipe";
+constexpr std::string_view core_keys =
+    "format, ranks, world_size, reducer, theta, objective, description, expect, expect_error";
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
 public:
-  document_reader(std::string_view text, std::string source, const reader_limits& limits)
-      : json_(text, std::move(source), limits) {}
+  document_reader(std::string_view text, std::string source, const reader_limits& limits,
+                  const section_registry& registry)
+      : json_(text, std::move(source), limits) {
+    for (const section_factory& make : registry) file_.sections.push_back(make());
+  }
 
   partition_file read() {
     if (json_.peek() != json_kind::object) json_.fail_type("a normcheck/1 document", "a JSON object");
@@ -22,8 +25,6 @@ public:
     bool saw_ranks = false;
     std::uint64_t ranks_offset = 0;
     std::uint64_t world_size_offset = 0;
-    std::uint64_t observed_offset = 0;
-    recipe_reducer_given = false;
     while (json_.next_member(key)) {
       if (key == "format") {
         json_.format(format_name);
@@ -47,15 +48,10 @@ public:
         read_expect();
       } else if (key == "expect_error") {
         file_.expect_error = json_.expected_error();
-      } else if (key == "observed") {
-        observed_offset = json_.value_offset();
-        read_observed();
-      } else if (key == "expect_gate") {
-        read_expect_gate();
-      } else if (key == "recipe") {
-        read_recipe();
+      } else if (section* owner = owner_of(key, &section::keys)) {
+        owner->read(key, json_);
       } else {
-        json_.fail_unknown_key(key, "(a normcheck/1 document has " + std::string(top_level_keys) + ")");
+        json_.fail_unknown_key(key, "(a normcheck/1 document has " + known_keys(&section::keys, core_keys) + ")");
       }
     }
     json_.finish();
@@ -69,9 +65,8 @@ public:
                  "world_size is " + std::to_string(*file_.declared_world_size) + " but the file lists " +
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
-    if (file_.observed) check_observed_shape(observed_offset);
-    if (file_.normalization && !recipe_reducer_given) file_.normalization->reducer = file_.update.reducer;
     check_weighting();
+    for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
     if (file_.update.valid_tokens() == 0)
       json_.fail(error_code::no_valid_tokens,
                  "no rank holds a valid token (N = 0): the token-mean objective is undefined and the update "
@@ -86,198 +81,6 @@ public:
   }
 
 private:
-  void read_observed() {
-    if (json_.peek() != json_kind::object)
-      json_.fail_type("observed", "an object with gradient or per_rank, and dtype");
-    const std::uint64_t offset = json_.value_offset();
-    json_.begin_object();
-    observed_result observed;
-    bool saw_gradient = false;
-    bool saw_dtype = false;
-    std::string_view key;
-    while (json_.next_member(key)) {
-      if (key == "gradient") {
-        saw_gradient = true;
-        observed.per_rank.push_back(json_.exact("observed.gradient"));
-      } else if (key == "per_rank") {
-        observed.from_per_rank = true;
-        const std::uint64_t list_offset = json_.value_offset();
-        if (json_.peek() != json_kind::array) json_.fail_type("observed.per_rank", "an array of exact numbers, one per rank");
-        json_.begin_array();
-        while (json_.next_element()) observed.per_rank.push_back(json_.exact("each per_rank value"));
-        if (observed.per_rank.empty())
-          json_.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
-      } else if (key == "dtype") {
-        observed.type = json_.named("dtype", dtype_from_name, dtype_alternatives());
-        saw_dtype = true;
-      } else if (key == "tokens") {
-        read_observed_tokens(observed);
-      } else if (key == "mass") {
-        read_observed_mass(observed);
-      } else if (key == "tolerance") {
-        read_tolerance(observed);
-      } else {
-        json_.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, tokens, mass, tolerance)");
-      }
-    }
-    if (saw_gradient == observed.from_per_rank)
-      json_.fail(error_code::schema_error,
-                 saw_gradient ? "observed has both gradient and per_rank: give exactly one"
-                              : "observed needs gradient (the synchronized value) or per_rank (each rank's copy)",
-                 offset);
-    if (!saw_dtype)
-      json_.fail(error_code::schema_error,
-                 "observed needs dtype (float64, float32, bfloat16, float16 or exact): the error bound depends on it",
-                 offset);
-    file_.observed = std::move(observed);
-  }
-
-  void read_observed_tokens(observed_result& observed) {
-    if (json_.peek() != json_kind::object) json_.fail_type("observed.tokens", "an object with global and/or per_rank");
-    json_.begin_object();
-    std::string_view key;
-    while (json_.next_member(key)) {
-      if (key == "global") {
-        observed.global_tokens = json_.integer("observed.tokens.global", 0, std::uint64_t{1} << 62);
-      } else if (key == "per_rank") {
-        if (json_.peek() != json_kind::array) json_.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
-        json_.begin_array();
-        while (json_.next_element()) observed.rank_tokens.push_back(json_.integer("each per-rank count", 0, std::uint64_t{1} << 62));
-      } else {
-        json_.fail_unknown_key(key, "in observed.tokens (it has global and per_rank)");
-      }
-    }
-  }
-
-  void read_observed_mass(observed_result& observed) {
-    if (json_.peek() != json_kind::object) json_.fail_type("observed.mass", "an object with global and/or per_rank");
-    json_.begin_object();
-    std::string_view key;
-    while (json_.next_member(key)) {
-      if (key == "global") {
-        observed.global_mass = json_.non_negative("observed.mass.global");
-      } else if (key == "per_rank") {
-        if (json_.peek() != json_kind::array) json_.fail_type("observed.mass.per_rank", "an array of masses, one per rank");
-        json_.begin_array();
-        while (json_.next_element()) observed.rank_masses.push_back(json_.non_negative("each per-rank mass"));
-      } else {
-        json_.fail_unknown_key(key, "in observed.mass (it has global and per_rank)");
-      }
-    }
-  }
-
-  void read_tolerance(observed_result& observed) {
-    if (json_.peek() != json_kind::object)
-      json_.fail_type("observed.tolerance", "an object with absolute and/or relative");
-    json_.begin_object();
-    tolerance bound;
-    std::string_view key;
-    while (json_.next_member(key)) {
-      if (key == "absolute") bound.absolute = json_.non_negative("tolerance.absolute");
-      else if (key == "relative") bound.relative = json_.non_negative("tolerance.relative");
-      else
-        json_.fail_unknown_key(key, "in observed.tolerance (it has absolute and relative)");
-    }
-    observed.explicit_tolerance = std::move(bound);
-  }
-
-  // Shapes that depend on the number of ranks, checked once the whole document is read.
-  void check_observed_shape(std::uint64_t offset) {
-    const observed_result& observed = *file_.observed;
-    const std::uint64_t ranks = file_.update.world_size();
-    if (observed.from_per_rank && observed.per_rank.size() != ranks)
-      json_.fail(error_code::schema_error,
-                 "observed.per_rank has " + std::to_string(observed.per_rank.size()) + " values for " +
-                     std::to_string(ranks) + " ranks: give one per rank",
-                 offset);
-    if (!observed.rank_masses.empty() && observed.rank_masses.size() != ranks)
-      json_.fail(error_code::schema_error,
-                 "observed.mass.per_rank has " + std::to_string(observed.rank_masses.size()) + " masses for " +
-                     std::to_string(ranks) + " ranks: give one per rank",
-                 offset);
-    if ((observed.global_mass || !observed.rank_masses.empty()) &&
-        file_.update.objective != objective_kind::weighted_token_mean)
-      json_.fail(error_code::schema_error,
-                 "observed.mass is a weight mass, which only the weighted_token_mean objective has", offset);
-    if (!observed.rank_tokens.empty() && observed.rank_tokens.size() != ranks)
-      json_.fail(error_code::schema_error,
-                 "observed.tokens.per_rank has " + std::to_string(observed.rank_tokens.size()) + " counts for " +
-                     std::to_string(ranks) + " ranks: give one per rank",
-                 offset);
-  }
-
-  void read_recipe() {
-    if (json_.peek() != json_kind::object)
-      json_.fail_type("recipe", "an object with scale (an expression such as \"W / N\") and reducer");
-    const std::uint64_t offset = json_.value_offset();
-    recipe_offset = offset;
-    json_.begin_object();
-    recipe parsed;
-    bool saw_scale = false;
-    std::string_view key;
-    while (json_.next_member(key)) {
-      if (key == "scale") {
-        const std::uint64_t scale_offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("recipe.scale", "a string such as \"W / N\"");
-        const std::string text(json_.string_value());
-        try {
-          parsed.scale = recipe_expression::parse(text);
-        } catch (const error& e) {
-          // The expression's column, counted from the string's opening quote.
-          const std::uint64_t inside = e.where() ? e.where()->offset : 0;
-          error located(e.code(), e.message(), json_.locate(scale_offset + 1 + inside));
-          json_.mark_if_cut_off(located);  // a cut-off file never meets its expect_error
-          throw located;
-        }
-        saw_scale = true;
-      } else if (key == "reducer") {
-        parsed.reducer = json_.named("recipe.reducer", reducer_from_name, reducer_alternatives());
-        recipe_reducer_given = true;
-      } else {
-        json_.fail_unknown_key(key, "in recipe (it has scale and reducer)");
-      }
-    }
-    if (!saw_scale) json_.fail(error_code::schema_error, "recipe needs a scale, e.g. \"W / N\"", offset);
-    file_.normalization = std::move(parsed);
-  }
-
-  void read_expect_gate() {
-    if (json_.peek() != json_kind::object)
-      json_.fail_type("expect_gate", "an object with verdict and explanations");
-    const std::uint64_t offset = json_.value_offset();
-    json_.begin_object();
-    gate_expectation expected;
-    bool saw_verdict = false;
-    std::string_view key;
-    while (json_.next_member(key)) {
-      if (key == "verdict") {
-        const std::uint64_t verdict_offset = json_.value_offset();
-        if (json_.peek() != json_kind::string) json_.fail_type("expect_gate.verdict", "pass, fail or inconclusive");
-        std::string_view name = json_.string_value();
-        if (name == "pass") expected.verdict = gate_verdict::pass;
-        else if (name == "fail") expected.verdict = gate_verdict::fail;
-        else if (name == "inconclusive") expected.verdict = gate_verdict::inconclusive;
-        else
-          json_.fail(error_code::schema_error,
-                     "unknown verdict \"" + std::string(name) + "\": expected pass, fail or inconclusive", verdict_offset);
-        saw_verdict = true;
-      } else if (key == "explanations") {
-        if (json_.peek() != json_kind::array) json_.fail_type("expect_gate.explanations", "an array of names");
-        json_.begin_array();
-        while (json_.next_element()) {
-          if (json_.peek() != json_kind::string) json_.fail_type("each explanation", "a name such as \"local_mean\"");
-          expected.explanations.emplace_back(json_.string_value());
-        }
-      } else {
-        json_.fail_unknown_key(key, "in expect_gate (it has verdict and explanations)");
-      }
-    }
-    if (!saw_verdict) json_.fail(error_code::schema_error, "expect_gate needs a verdict", offset);
-    file_.expect_gate = std::move(expected);
-  }
-
-
-
   void read_ranks() {
     if (json_.peek() != json_kind::array) json_.fail_type("ranks", "an array with one object per rank");
     const std::uint64_t offset = json_.value_offset();
@@ -432,12 +235,6 @@ private:
       json_.fail(error_code::schema_error,
                  "the objective is weighted_token_mean, so every rank gives \"weights\" beside its targets",
                  *first_unweighted_rank);
-    if (!weighted && file_.normalization)
-      if (const std::optional<count_variable> mass = file_.normalization->scale.mass_variable())
-        json_.fail(error_code::recipe_error,
-                   "the recipe uses " + std::string(variable_name(*mass)) +
-                       ", a weight mass, but the objective is token_mean (set \"objective\": \"weighted_token_mean\" and give weights)",
-                   recipe_offset);
   }
 
 
@@ -470,13 +267,8 @@ private:
     json_.begin_object();
     std::string_view key;
     while (json_.next_member(key)) {
-      if (key == "recipe") {
-        if (json_.peek() == json_kind::null) {
-          json_.null_value();
-          file_.expect_recipe.emplace(std::nullopt);
-        } else {
-          file_.expect_recipe.emplace(json_.exact("the expected recipe gradient"));
-        }
+      if (section* owner = owner_of(key, &section::expect_keys)) {
+        owner->read_expect(key, json_);
         continue;
       }
       const std::optional<strategy> name = strategy_from_name(key);
@@ -484,7 +276,7 @@ private:
         std::string names;
         for (strategy s : all_strategies) names += (names.empty() ? "" : ", ") + std::string(strategy_name(s));
         json_.fail(error_code::schema_error,
-                   "unknown gradient \"" + std::string(key) + "\" in expect (known: " + names + ")",
+                   "unknown gradient \"" + std::string(key) + "\" in expect (known: " + known_keys(&section::expect_keys, names) + ")",
                    json_.key_offset());
       }
       expectation entry{*name, std::nullopt};
@@ -495,36 +287,33 @@ private:
   }
 
 
+  // The section that reads `key` through `keys` (section::keys or section::expect_keys), if any.
+  section* owner_of(std::string_view key, std::vector<std::string_view> (section::*keys)() const) const {
+    for (const std::shared_ptr<section>& part : file_.sections)
+      for (std::string_view owned : ((*part).*keys)())
+        if (owned == key) return part.get();
+    return nullptr;
+  }
+
+  // The keys a message lists: the reader's own, then each section's.
+  std::string known_keys(std::vector<std::string_view> (section::*keys)() const, std::string_view own) const {
+    std::string out(own);
+    for (const std::shared_ptr<section>& part : file_.sections)
+      for (std::string_view owned : ((*part).*keys)()) out += (out.empty() ? "" : ", ") + std::string(owned);
+    return out;
+  }
+
   field_reader json_;
   partition_file file_;
-  bool recipe_reducer_given = false;
-  std::uint64_t recipe_offset = 0;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"
 };
 
 }  // namespace
 
-partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits) {
-  return document_reader(text, std::move(source), limits).read();
-}
-
-std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits) {
-  try {
-    json_reader json(text, "", limits);
-    if (json.peek() != json_kind::object) return std::nullopt;
-    json.begin_object();
-    std::string_view key;
-    while (json.next_member(key)) {
-      if (key == "expect_error" && json.peek() == json_kind::string) {
-        std::optional<error_code> code = code_from_name(json.string_value());
-        return code;
-      }
-      json.skip_value();
-    }
-  } catch (const error&) {
-  }
-  return std::nullopt;
+partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits,
+                              const section_registry& sections) {
+  return document_reader(text, std::move(source), limits, sections).read();
 }
 
 }  // namespace normcheck

@@ -1,10 +1,18 @@
 #include "normcheck/gate/gate.hpp"
 
+#include "normcheck/core/names.hpp"
+
 #include <algorithm>
 
 namespace normcheck {
 
 namespace {
+
+constexpr name_table verdict_names{std::array<std::pair<gate_verdict, std::string_view>, 3>{{
+    {gate_verdict::pass, "pass"},
+    {gate_verdict::fail, "fail"},
+    {gate_verdict::inconclusive, "inconclusive"},
+}}};
 
 // K: the most roundings any one term can meet on its way to the synchronized gradient:
 // the target's conversion to the dtype and θ − y (2), the microbatch sum (n − 1 additions), the
@@ -298,14 +306,11 @@ gate_check check_denominators(const partition& update, const observed_result& ob
 
 }  // namespace
 
-std::string_view verdict_name(gate_verdict verdict) noexcept {
-  switch (verdict) {
-    case gate_verdict::pass: return "pass";
-    case gate_verdict::fail: return "fail";
-    case gate_verdict::inconclusive: return "inconclusive";
-  }
-  return "fail";
-}
+std::string_view verdict_name(gate_verdict verdict) noexcept { return verdict_names.name(verdict); }
+
+std::optional<gate_verdict> verdict_from_name(std::string_view name) noexcept { return verdict_names.find(name); }
+
+std::string verdict_alternatives() { return verdict_names.alternatives(); }
 
 std::optional<rational> objective_bound(const partition& update, dtype type) {
   return strategy_bound(update, strategy::global_mean, type);

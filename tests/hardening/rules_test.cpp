@@ -39,14 +39,14 @@ const std::string good =
 
 // The code a document is rejected with, "pass" or "fail".
 std::string verdict(std::string_view text, const reader_limits& limits = {}) {
-  const file_report report = check_text(text, "test", limits);
+  const file_report report = check_text(text, "test", {limits});
   if (report.status == file_status::pass) return "pass";
   if (report.status == file_status::fail) return "fail";
   return report.rejection ? std::string(code_name(report.rejection->code())) : "error";
 }
 
 std::string message(std::string_view text, const reader_limits& limits = {}) {
-  const file_report report = check_text(text, "test", limits);
+  const file_report report = check_text(text, "test", {limits});
   return report.rejection ? describe(*report.rejection) : "";
 }
 
@@ -205,7 +205,7 @@ TEST_CASE("skipping is iterative: the deepest nesting allowed does not exhaust t
   json_reader json(deep, "test", deepest);
   CHECK_NOTHROW(json.skip_value());
   const std::string bomb = "{\"x\": " + std::string(1000000, '[');
-  const file_report report = check_text(bomb, "bomb", deepest);
+  const file_report report = check_text(bomb, "bomb", {deepest});
   REQUIRE(report.rejection.has_value());
   CHECK(report.rejection->code() == error_code::schema_error);  // the unknown key, met first
   CHECK(report.rejection->truncated());                          // and a million brackets never closed

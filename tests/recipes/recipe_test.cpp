@@ -2,7 +2,9 @@
 
 #include "normcheck/core/errors.hpp"
 #include "normcheck/recipes/prove.hpp"
+#include "normcheck/check/check.hpp"
 #include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/recipes/recipe_section.hpp"
 
 #include <doctest/doctest.h>
 
@@ -95,9 +97,12 @@ TEST_CASE("a wrong recipe that agrees on every small partition is still refuted 
 TEST_CASE("the counterexample document is read back with the recipe and exposes it") {
   const proof_result result = prove_recipe(make("1 / n_r", reducer_kind::mean));
   REQUIRE(result.counterexample);
-  const partition_file file = read_partition(result.counterexample->document, "counterexample");
-  REQUIRE(file.normalization);
-  const recipe_value value = recipe_gradient(file.update, *file.normalization);
+  const partition_file file =
+      read_partition(result.counterexample->document, "counterexample", {}, normcheck::standard_sections());
+  const recipe_section* part = file.find_section<recipe_section>();
+  REQUIRE(part);
+  REQUIRE(part->normalization());
+  const recipe_value value = recipe_gradient(file.update, *part->normalization());
   REQUIRE(value.value);
   CHECK(*value.value != *gradient(file.update, strategy::global_mean));
   CHECK(*value.value == *result.counterexample->recipe_gradient);

@@ -260,7 +260,7 @@ TEST_CASE("check reads a scenario by its declared format") {
     "steps": [{"ranks": [{"targets": [0]}, {"targets": [2, 2, 2]}]}],
     "expect": {"replicas_agree": true, "equals_reference": true, "final_theta": ["3/20", "3/20"]}})";
   const file_report report = check_text(text, "inline.json");
-  CHECK(report.kind == "scenario");
+  CHECK(report.kind == normcheck::document_kind::scenario);
   CHECK(report.status == file_status::pass);
   CHECK_FALSE(report.details.empty());
 }

@@ -2,6 +2,8 @@
 // the line:column it is reported at. Documents put one member per line, indented by two spaces, so a
 // key starts at column 3 and columns are easy to count.
 
+#include "normcheck/check/check.hpp"
+#include "normcheck/documents/kind.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 
 #include <doctest/doctest.h>
@@ -17,7 +19,7 @@ using normcheck::reader_limits;
 // "code at line:column" for the first problem of a document, or "accepted".
 std::string rejection(std::string_view text, const reader_limits& limits = {}) {
   try {
-    (void)normcheck::read_partition(text, "doc.json", limits);
+    (void)normcheck::read_partition(text, "doc.json", limits, normcheck::standard_sections());
   } catch (const error& e) {
     REQUIRE(e.where().has_value());
     CHECK(e.where()->file == "doc.json");
@@ -30,7 +32,7 @@ std::string rejection(std::string_view text, const reader_limits& limits = {}) {
 // The message of the first problem of a document.
 std::string message_of(std::string_view text) {
   try {
-    (void)normcheck::read_partition(text, "doc.json");
+    (void)normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
   } catch (const error& e) {
     return e.message();
   }

@@ -2,7 +2,9 @@
 // documented fields are checked; the text report and the summary line are checked as people read them.
 
 #include "normcheck/check/check.hpp"
-#include "normcheck/check/report.hpp"
+#include "normcheck/check/json_report.hpp"
+#include "normcheck/check/junit_report.hpp"
+#include "normcheck/check/text_report.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

@@ -1,11 +1,12 @@
 #pragma once
 /// \file check/check.hpp
-/// Checking partition files: the gradients of each update, whether each equals the objective, and
-/// whether the file's claims (`expect`, `expect_error`) hold.
+/// Checking documents: each file is identified by its kind and judged by that kind's checker; a
+/// partition file's gradients are computed, compared with its claims (`expect`, `expect_error`), and
+/// handed to its sections (the gate, recipes). The one place where a rejection meets an expected error.
 
 #include "normcheck/core/errors.hpp"
-#include "normcheck/gate/gate.hpp"
 #include "normcheck/core/gradients.hpp"
+#include "normcheck/documents/kind.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 
 #include <filesystem>
@@ -36,27 +37,45 @@ struct expectation_result {
 /// Everything `check` found out about one file.
 struct file_report {
   std::string file;
-  std::string kind = "partition";              ///< what the file is: "partition", or another checked format
+  document_kind kind = document_kind::partition;
   file_status status = file_status::error;
-  std::optional<partition_file> document;      ///< the document, when it was read
+  std::optional<partition_file> document;      ///< a partition file, when it was read (its sections hold their verdicts)
   gradient_set gradients;                      ///< valid when `document` is set
   std::vector<expectation_result> expectations;
   std::optional<error> rejection;              ///< why the file was rejected, expected or not
   std::optional<error_code> expected_error;    ///< the file's `expect_error`, if found
   std::vector<std::string> failures;           ///< each claim that does not hold, in words
-  std::vector<std::string> details;            ///< report lines of other kinds of file (no partition)
-  std::optional<gate_result> gate;             ///< the gate's judgement of `observed`, when the file has one
-  std::optional<recipe_value> recipe_result;   ///< the recipe's gradient on this partition, when the file has one
+  std::vector<std::string> details;            ///< report lines of other kinds of document (no partition)
 };
 
-/// The `format` a document declares, if it declares one as a string among its top-level members.
-/// Never throws. Fast when `format` is the first member.
-std::optional<std::string> declared_format(std::string_view text, const reader_limits& limits = {});
+/// Counts of verdicts over a run.
+struct run_summary {
+  std::size_t passed = 0;
+  std::size_t failed = 0;
+  std::size_t errors = 0;
+};
+
+/// Counts the verdicts of `reports`.
+run_summary summarize(const std::vector<file_report>& reports);
+
+/// How a run checks its files.
+struct check_options {
+  reader_limits limits;
+};
+
+/// The sections of a normcheck/1 document that `check` reads, judges and reports, in report order:
+/// recipes (`recipe`, `expect.recipe`), then the gate (`observed`, `expect_gate`).
+const section_registry& standard_sections();
 
 /// Checks a document given as text, naming it `source`.
-file_report check_text(std::string_view text, std::string source, const reader_limits& limits = {});
+file_report check_text(std::string_view text, std::string source, const check_options& options = {});
 /// Checks the file at `path`; an unreadable path is an error report, never an exception.
-file_report check_path(const std::filesystem::path& path, const reader_limits& limits = {});
+file_report check_path(const std::filesystem::path& path, const check_options& options = {});
+
+/// Records a rejection in `report`: it passes when the document expected exactly this error and is not cut
+/// off (a cut-off document never meets an expectation), and is an error otherwise. `text` is the document,
+/// searched for its `expect_error` ("" when it could not be read at all).
+void judge_rejection(file_report& report, const error& e, std::string_view text, const reader_limits& limits);
 
 /// The files a command line names: files as given, directories walked recursively for `*.json`,
 /// sorted. A path that does not exist, and a subdirectory the walk cannot enter, is kept so that its

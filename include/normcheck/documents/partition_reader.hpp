@@ -1,17 +1,17 @@
 #pragma once
 /// \file documents/partition_reader.hpp
 /// Reading normcheck/1 partition files into a `partition_file`, streaming token values into
-/// per-microbatch sums (no token is stored).
+/// per-microbatch sums (no token is stored). The reader reads the update itself (format, ranks and
+/// their weights, world_size, reducer, theta, objective, description, expect, expect_error); every
+/// other key belongs to a registered section (documents/section.hpp).
 
 #include "normcheck/core/errors.hpp"
-#include "normcheck/gate/gate.hpp"
 #include "normcheck/core/gradients.hpp"
-#include "normcheck/documents/field_reader.hpp"
-#include "normcheck/gate/observed.hpp"
 #include "normcheck/core/partition.hpp"
-#include "normcheck/recipes/recipe.hpp"
+#include "normcheck/documents/field_reader.hpp"
+#include "normcheck/documents/section.hpp"
 
-#include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,32 +28,28 @@ struct expectation {
   std::optional<rational> value;
 };
 
-/// What a file expects the gate to conclude: the verdict and the names of the explanations it gives
-/// (the diagnosis of a failure, or the mistakes that could hide in an inconclusive verdict).
-struct gate_expectation {
-  gate_verdict verdict = gate_verdict::pass;
-  std::vector<std::string> explanations;
-};
-
-/// A partition file as read: the update and what the file claims about it.
+/// A partition file as read: the update, what the file claims about it, and its sections.
 struct partition_file {
   partition update;
   std::optional<std::uint64_t> declared_world_size;  ///< `world_size`, when given
   std::string description;
   std::vector<expectation> expect;
   std::optional<error_code> expect_error;
-  std::optional<observed_result> observed;        ///< what training code produced, if dumped
-  std::optional<gate_expectation> expect_gate;   ///< the gate's expected conclusion, if stated
-  std::optional<recipe> normalization;            ///< `recipe`: the scale and reducer the code applies, if given
-  std::optional<std::optional<rational>> expect_recipe;  ///< `expect.recipe`: the recipe's claimed gradient (null: undefined)
+  std::vector<std::shared_ptr<section>> sections;  ///< one per registered handler, in registry order
+
+  /// The section of type `Section`, if one was registered.
+  template <typename Section>
+  Section* find_section() const {
+    for (const std::shared_ptr<section>& s : sections)
+      if (auto* found = dynamic_cast<Section*>(s.get())) return found;
+    return nullptr;
+  }
 };
 
-/// Reads a normcheck/1 document. Throws `error` with the code and location of the first problem;
-/// a document without valid tokens is `no_valid_tokens`, a stale `world_size` `world_size_mismatch`.
-partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits = {});
-
-/// The `expect_error` of a document that was rejected, if it names one among the top-level members
-/// that precede any syntax error. Never throws.
-std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits = {});
+/// Reads a normcheck/1 document with the handlers of `sections`. Throws `error` with the code and location
+/// of the first problem; a document without valid tokens is `no_valid_tokens`, a stale `world_size`
+/// `world_size_mismatch`, a key no handler reads `schema_error`.
+partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits = {},
+                              const section_registry& sections = {});
 
 }  // namespace normcheck

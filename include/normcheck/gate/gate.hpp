@@ -22,6 +22,10 @@ enum class gate_verdict {
 
 /// "pass", "fail" or "inconclusive".
 std::string_view verdict_name(gate_verdict verdict) noexcept;
+/// The verdict spelled `name`, if any.
+std::optional<gate_verdict> verdict_from_name(std::string_view name) noexcept;
+/// Every spelling, for messages: "pass, fail or inconclusive".
+std::string verdict_alternatives();
 
 /// One of the ordered checks (replica agreement, denominator, objective) and its outcome.
 struct gate_check {

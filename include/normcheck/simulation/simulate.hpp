@@ -18,11 +18,9 @@
 /// clipped norm is then at most c and within 2⁻⁶⁴ of it, relatively, and every rank and the reference
 /// apply the same rule.
 
-#include "normcheck/check/check.hpp"
 #include "normcheck/documents/scenario.hpp"
 
 #include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -134,22 +132,5 @@ std::optional<reference_difference> find_reference_difference(const simulation& 
 /// The gradient clipping the optimizer applies to `gradient`, deciding from `decide_from`.
 parameter_vector clip(const parameter_vector& gradient, const parameter_vector& decide_from,
                       const optimizer_config& optimizer, clip_outcome& outcome);
-
-/// Checks a scenario given as text: simulates it and judges its `expect` (without one, the claim is
-/// that replicas agree and the run equals the reference). A `file_report` of kind "scenario".
-file_report check_scenario(std::string_view text, std::string source, const reader_limits& limits = {});
-
-/// The summary lines `check` shows for a scenario run.
-std::vector<std::string> summarize_simulation(const scenario& s, const simulation& run);
-
-/// Each claim of the scenario's expectations that the run does not meet, in words.
-std::vector<std::string> unmet_expectations(const scenario& s, const simulation& run);
-
-/// Writes the full run: every step's exact values per rank and the reference, then the summary.
-void print_simulation(std::ostream& out, const std::string& source, const scenario& s, const simulation& run);
-
-/// Writes the run as one JSON document (exact values as "p/q" strings).
-void print_simulation_json(std::ostream& out, const std::string& source, const scenario& s, const simulation& run,
-                           const std::vector<std::string>& failures);
 
 }  // namespace normcheck

@@ -1,0 +1,56 @@
+#pragma once
+/// \file gate/gate_section.hpp
+/// The gate's part of a normcheck/1 document: `observed` (what training code produced) and
+/// `expect_gate` (the verdict a file claims the gate reaches), read, judged and reported here.
+
+#include "normcheck/documents/section.hpp"
+#include "normcheck/gate/gate.hpp"
+#include "normcheck/gate/observed.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normcheck {
+
+/// What a file expects the gate to conclude: the verdict and the names of the explanations it gives
+/// (the diagnosis of a failure, or the mistakes that could hide in an inconclusive verdict).
+struct gate_expectation {
+  gate_verdict verdict = gate_verdict::pass;
+  std::vector<std::string> explanations;
+};
+
+/// The handler of `observed` and `expect_gate`.
+class gate_section final : public section {
+public:
+  std::vector<std::string_view> keys() const override { return {"observed", "expect_gate"}; }
+  void read(std::string_view key, field_reader& in) override;
+  void settle(const partition_file& document, field_reader& in) override;
+  bool present() const override { return observed_.has_value(); }
+  void judge(const partition_file& document, const gradient_set& gradients, std::vector<std::string>& failures) override;
+  void print_text(std::ostream& out, const partition_file& document, const gradient_set& gradients) const override;
+  void write_json(json_writer& json, const partition_file& document, const gradient_set& gradients) const override;
+  std::optional<std::string> failure_summary() const override;
+
+  /// `observed`, as read.
+  const std::optional<observed_result>& observed() const noexcept { return observed_; }
+  /// `expect_gate`, as read.
+  const std::optional<gate_expectation>& expectation() const noexcept { return expectation_; }
+  /// The gate's judgement, once judged.
+  const std::optional<gate_result>& result() const noexcept { return result_; }
+
+private:
+  void read_observed(field_reader& in);
+  static void read_tokens(field_reader& in, observed_result& observed);
+  static void read_mass(field_reader& in, observed_result& observed);
+  static void read_tolerance(field_reader& in, observed_result& observed);
+  void read_expectation(field_reader& in);
+
+  std::optional<observed_result> observed_;
+  std::uint64_t observed_offset_ = 0;
+  std::optional<gate_expectation> expectation_;
+  std::optional<gate_result> result_;
+  bool judged_expectation_held_ = false;
+};
+
+}  // namespace normcheck

@@ -1,0 +1,77 @@
+#include "normcheck/check/json_report.hpp"
+
+#include "normcheck/io/json_writer.hpp"
+
+namespace normcheck {
+
+namespace {
+
+void write_report_json(json_writer& json, const file_report& report) {
+  json.begin_object().member("file", report.file).member("kind", document_kind_name(report.kind)).member("status", status_name(report.status));
+  if (report.document) {
+    const partition& update = report.document->update;
+    json.member("world_size", update.world_size())
+        .member("reducer", reducer_name(update.reducer))
+        .member("theta", update.theta)
+        .member("objective", objective_name(update.objective))
+        .member("valid_tokens", update.valid_tokens())
+        .member("mass", update.mass())
+        .key("ranks")
+        .begin_array();
+    for (const rank_stats& rank : update.ranks)
+      json.begin_object()
+          .member("valid_tokens", rank.valid_tokens())
+          .member("padding", rank.padding())
+          .member("mass", rank.mass())
+          .member("microbatches", std::uint64_t{rank.microbatches.size()})
+          .member("loss_gradient_sum", loss_gradient_sum(rank, update.theta))
+          .end_object();
+    json.end_array().key("gradients").begin_object();
+    for (std::size_t g = 0; g < all_strategies.size(); ++g) json.member(strategy_name(all_strategies[g]), report.gradients[g]);
+    json.end_object().key("denominators").begin_object();
+    for (strategy s : all_strategies) json.member(strategy_name(s), strategy_denominator(s, update.objective));
+    json.end_object().key("equals_objective").begin_object();
+    for (strategy s : all_strategies) json.member(strategy_name(s), equals_objective(report.gradients, s));
+    json.end_object().key("expectations").begin_array();
+    for (const expectation_result& claim : report.expectations)
+      json.begin_object()
+          .member("gradient", strategy_name(claim.name))
+          .member("expected", claim.expected)
+          .member("actual", claim.actual)
+          .member("held", claim.held)
+          .end_object();
+    json.end_array();
+    for (const std::shared_ptr<section>& part : report.document->sections)
+      part->write_json(json, *report.document, report.gradients);
+  } else {
+    json.key("gradients").null();
+  }
+  if (report.expected_error) json.member("expected_error", code_name(*report.expected_error));
+  if (report.rejection) {
+    const error& e = *report.rejection;
+    json.key("error").begin_object().member("code", code_name(e.code())).member("message", e.message());
+    if (e.where() && e.where()->line > 0) json.member("line", e.where()->line).member("column", e.where()->column);
+    else json.key("line").null().key("column").null();
+    json.end_object();
+  }
+  if (!report.details.empty()) json.member("details", report.details);
+  json.member("failures", report.failures).end_object();
+}
+
+}  // namespace
+
+std::string json_report(const std::vector<file_report>& reports) {
+  std::string out;
+  json_writer json(out);
+  json.begin_object().key("reports").begin_array(json_layout::lines);
+  for (const file_report& report : reports) write_report_json(json, report);
+  const run_summary summary = summarize(reports);
+  json.end_array()
+      .member("passed", std::uint64_t{summary.passed})
+      .member("failed", std::uint64_t{summary.failed})
+      .member("errors", std::uint64_t{summary.errors})
+      .end_object();
+  return out + "\n";
+}
+
+}  // namespace normcheck

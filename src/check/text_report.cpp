@@ -1,0 +1,79 @@
+#include "normcheck/check/text_report.hpp"
+
+#include "normcheck/io/text.hpp"
+
+namespace normcheck {
+
+namespace {
+
+void print_rejection(std::ostream& out, const file_report& report) {
+  const error& e = *report.rejection;
+  if (report.status == file_status::pass) {
+    out << "PASS  " << report.file << "\n      rejected as expected: " << describe(e) << "\n";
+    return;
+  }
+  out << "ERROR " << describe(e) << "\n";
+  for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+}
+
+}  // namespace
+
+void print_text(std::ostream& out, const file_report& report) {
+  if (report.rejection) {
+    print_rejection(out, report);
+    return;
+  }
+  if (!report.document) {
+    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
+    for (const std::string& line : report.details) out << "      " << line << "\n";
+    for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+    return;
+  }
+  const partition_file& document = *report.document;
+  const partition& update = document.update;
+  out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
+  if (!document.description.empty()) out << "      " << document.description << "\n";
+  const bool weighted = update.objective == objective_kind::weighted_token_mean;
+  out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer) << ", θ = "
+      << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
+  if (weighted) out << ", objective weighted_token_mean, M = " << shorten(to_string(update.mass()));
+  out << "\n";
+  constexpr std::size_t shown_ranks = 16;
+  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+    if (r == shown_ranks && update.ranks.size() > shown_ranks + 1) {
+      out << "      … " << update.ranks.size() - shown_ranks << " more ranks\n";
+      break;
+    }
+    const rank_stats& rank = update.ranks[r];
+    out << "      rank " << r << ": n = " << rank.valid_tokens();
+    if (rank.padding() > 0) out << " (+" << rank.padding() << " padding)";
+    if (weighted) out << ", m = " << shorten(to_string(rank.mass()));
+    if (rank.microbatches.size() > 1) out << " in " << rank.microbatches.size() << " microbatches";
+    out << ", S = " << shorten(to_string(loss_gradient_sum(rank, update.theta))) << "\n";
+  }
+  for (std::size_t i = 0; i < all_strategies.size(); ++i) {
+    const strategy s = all_strategies[i];
+    const std::optional<rational>& value = report.gradients[i];
+    out << "      " << padded(strategy_name(s), 16) << padded(strategy_formula(s, update.objective), 19) << "= "
+        << padded(on_screen(value), 14) << " ";
+    if (value) out << padded("≈ " + approximate(*value), 16);
+    else out << padded("", 16);
+    if (s == strategy::global_mean) out << "the objective";
+    else if (!value) out << "undefined here";
+    else out << (equals_objective(report.gradients, s) ? "equals the objective" : "differs from the objective");
+    out << "\n";
+  }
+  for (const std::shared_ptr<section>& part : document.sections) part->print_text(out, document, report.gradients);
+  for (const expectation_result& claim : report.expectations)
+    out << "      expect " << strategy_name(claim.name) << " = "
+        << on_screen(claim.expected) << ": " << (claim.held ? "holds" : "DOES NOT HOLD") << "\n";
+  for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+}
+
+void print_summary(std::ostream& out, const run_summary& summary) {
+  const std::size_t total = summary.passed + summary.failed + summary.errors;
+  out << total << (total == 1 ? " file: " : " files: ") << summary.passed << " passed, " << summary.failed
+      << " failed, " << summary.errors << " rejected\n";
+}
+
+}  // namespace normcheck
