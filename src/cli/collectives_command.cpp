@@ -2,7 +2,7 @@
 
 #include "commands.hpp"
 
-#include "normcheck/collectives/collectives.hpp"
+#include "normcheck/collectives/trace_report.hpp"
 
 #include <iostream>
 #include <memory>

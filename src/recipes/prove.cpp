@@ -166,7 +166,189 @@ integer small_scope_partitions() {
   return total;
 }
 
+// One proof: the scopes are searched in order, each finding kept until one refutes the recipe.
+class recipe_prover {
+public:
+  recipe_prover(const recipe& r, objective_kind objective)
+      : recipe_(r), weighted_objective_(objective == objective_kind::weighted_token_mean) {}
+
+  proof_result run() {
+    if (exhaustive_scope() || random_scope()) return result_;
+    decide_for_all_counts();
+    return result_;
+  }
+
+private:
+  // Keeps the first wrong and the first dividing configuration. A wrong one is kept only when its replay
+  // partition is defined everywhere, so that the counterexample file shows two numbers that differ rather
+  // than a division by zero elsewhere.
+  void note(const count_configuration& c, const judged& j) {
+    if (j.result == outcome::wrong && !first_wrong_) {
+      token_partition tokens = partition_for(c);
+      tokens.reducer = recipe_.reducer;
+      if (recipe_gradient(to_partition(tokens), recipe_).value) first_wrong_.emplace(c, j);
+    }
+    if (j.result == outcome::divides_by_zero && !first_zero_) first_zero_.emplace(c, j);
+  }
+
+  // Settles the verdict from what was noted, if anything refutes the recipe. A wrong gradient is the
+  // stronger finding: the recipe fails even where it is defined.
+  bool refuted() {
+    if (!first_wrong_ && !first_zero_) return false;
+    if (first_wrong_) {
+      result_.verdict = proof_verdict::wrong;
+      result_.counterexample = expose(recipe_, first_wrong_->first, first_wrong_->second);
+      if (first_zero_) result_.division_risk = expose(recipe_, first_zero_->first, first_zero_->second);
+    } else {
+      result_.verdict = proof_verdict::divides_by_zero;
+      result_.counterexample = expose(recipe_, first_zero_->first, first_zero_->second);
+    }
+    return true;
+  }
+
+  // Judges one configuration; under the weighted objective, with every choice of per-token weight for its
+  // three groups of tokens (a group without tokens has mass 0 whatever its weight).
+  void judge_all(const count_configuration& c) {
+    if (!weighted_objective_) {
+      ++judged_configurations_;
+      note(c, judge(recipe_, c));
+      return;
+    }
+    const std::array<std::uint64_t, 3> group_tokens{c.microbatch_tokens, c.rank_tokens - c.microbatch_tokens,
+                                                    c.valid_tokens - c.rank_tokens};
+    for (const rational& a : scope_weights)
+      for (const rational& b : scope_weights)
+        for (const rational& d : scope_weights) {
+          const std::array<rational, 3> weights{a, b, d};
+          bool distinct = true;  // skip repeats that only change the weight of an empty group
+          for (std::size_t g = 0; g < 3; ++g)
+            if (group_tokens[g] == 0 && weights[g] != scope_weights.front()) distinct = false;
+          if (!distinct) continue;
+          const count_configuration w = weighted(c, weights);
+          if ((*w.masses)[0] == 0) continue;  // M = 0 has no objective
+          ++judged_configurations_;
+          note(w, judge(recipe_, w));
+        }
+  }
+
+  // Every small partition, smallest N first. True when it refutes the recipe.
+  bool exhaustive_scope() {
+    const std::vector<count_configuration> scope = small_scope();
+    for (const count_configuration& c : scope) judge_all(c);
+    result_.coverage = "every partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch (" +
+                       small_scope_partitions().str() + " partitions, through the " + std::to_string(scope.size()) +
+                       " distinct (W, N, n_r, n_m, G) a microbatch of them can see)";
+    if (weighted_objective_)
+      result_.coverage += ", each with the tokens of the microbatch, of the rest of its rank and of the other ranks "
+                          "weighing 0, 1/2, 1 or 2 each (" + std::to_string(judged_configurations_) +
+                          " configurations with M > 0)";
+    result_.coverage += ", smallest N first";
+    return refuted();
+  }
+
+  // Random larger configurations. True when they refute the recipe.
+  bool random_scope() {
+    detail::deterministic_random random(0x2545F4914F6CDD1Dull);
+    for (int i = 0; i < random_configurations && !first_wrong_ && !first_zero_; ++i) {
+      count_configuration c;
+      c.world_size = 1 + random.below(64);
+      c.microbatches = 1 + random.below(16);
+      c.microbatch_tokens = random.below(1001);
+      c.rank_tokens = c.microbatch_tokens + (c.microbatches > 1 ? random.below(1000 * (c.microbatches - 1) + 1) : 0);
+      c.valid_tokens = c.rank_tokens + (c.world_size > 1 ? random.below(16000 * (c.world_size - 1) + 1) : 0);
+      if (c.valid_tokens == 0) c.valid_tokens = c.rank_tokens = c.microbatch_tokens = 1;
+      if (weighted_objective_) {
+        std::array<rational, 3> weights;
+        for (rational& w : weights) w = rational(random.below(17), 1 + random.below(8));
+        c = weighted(c, weights);
+        if ((*c.masses)[0] == 0) c = weighted(c, {rational(1), rational(1), rational(1)});
+      }
+      note(c, judge(recipe_, c));
+    }
+    result_.coverage += "; " + std::to_string(random_configurations) +
+                        " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
+                        (weighted_objective_ ? " and per-group token weights p/q with p ≤ 16, q ≤ 8" : "");
+    return refuted();
+  }
+
+  // F = c·N − d (c·M − d weighted) is a rational function; its numerator has total degree at most D, so if
+  // F vanishes on a product grid of D + 1 values per variable inside the domain, the numerator is the zero
+  // polynomial and the identity holds for all counts (and masses).
+  void decide_for_all_counts() {
+    const auto [numerator_degree, denominator_degree] = recipe_.scale.degree_bound();
+    const unsigned degree = std::max(numerator_degree, denominator_degree) + 1;
+    if (degree > largest_decided_degree) {
+      result_.verdict = proof_verdict::checked;
+      result_.coverage += "; the expression's degree bound " + std::to_string(degree) +
+                          " is too large to decide for all counts, so this is checked, not proved";
+      return;
+    }
+    const std::uint64_t d = degree;
+    const count_variable denominator = weighted_objective_ ? count_variable::M : count_variable::N;
+    // A variable takes D + 1 values when F depends on it, one value otherwise. Counts nest (nₘ ≤ nᵣ ≤ N),
+    // masses too, each range above the one below it.
+    struct axis {
+      count_variable variable;
+      std::uint64_t low;
+      std::uint64_t high;
+    };
+    auto range_of = [&](count_variable v, std::uint64_t low) {
+      const bool varies = recipe_.scale.uses(v) || v == denominator ||
+                          (v == count_variable::W && recipe_.reducer == reducer_kind::mean);
+      return axis{v, low, varies ? low + d : low};
+    };
+    std::vector<axis> axes{range_of(count_variable::W, 2), range_of(count_variable::G, 2),
+                           range_of(count_variable::n_m, 1), range_of(count_variable::n_r, d + 2),
+                           range_of(count_variable::N, 2 * d + 3)};
+    if (weighted_objective_) {
+      axes.push_back(range_of(count_variable::m_m, 1));
+      axes.push_back(range_of(count_variable::m_r, d + 2));
+      axes.push_back(range_of(count_variable::M, 2 * d + 3));
+    }
+    std::vector<std::uint64_t> at;
+    for (const axis& a : axes) at.push_back(a.low);
+    auto value = [&](count_variable v) {
+      for (std::size_t i = 0; i < axes.size(); ++i)
+        if (axes[i].variable == v) return at[i];
+      return std::uint64_t{0};
+    };
+    std::uint64_t points = 0;
+    for (;;) {
+      count_configuration c{value(count_variable::W), value(count_variable::N), value(count_variable::n_r),
+                            value(count_variable::n_m), value(count_variable::G), std::nullopt};
+      if (weighted_objective_)
+        c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
+                                           rational(value(count_variable::m_m))};
+      note(c, judge(recipe_, c));
+      if (refuted()) return;
+      ++points;
+      std::size_t i = 0;
+      for (; i < axes.size(); ++i) {
+        if (at[i] < axes[i].high) {
+          ++at[i];
+          break;
+        }
+        at[i] = axes[i].low;
+      }
+      if (i == axes.size()) break;
+    }
+    result_.verdict = proof_verdict::proved;
+    result_.coverage += "; proved for all " + std::string(weighted_objective_ ? "counts and masses" : "counts") +
+                        ": c·" + std::string(variable_name(denominator)) + " − d has a numerator of degree at most " +
+                        std::to_string(degree) + " and vanishes on a grid of " + std::to_string(points) +
+                        " configurations (" + std::to_string(degree + 1) + " values of each variable it depends on)";
+  }
+
+  const recipe& recipe_;
+  bool weighted_objective_;
+  proof_result result_;
+  std::optional<std::pair<count_configuration, judged>> first_wrong_;
+  std::optional<std::pair<count_configuration, judged>> first_zero_;
+  std::uint64_t judged_configurations_ = 0;
+};
+
 }  // namespace
+
 
 std::string describe(const count_configuration& c) {
   std::string text = "W = " + std::to_string(c.world_size) + ", N = " + std::to_string(c.valid_tokens) +
@@ -189,162 +371,11 @@ std::string_view verdict_name(proof_verdict verdict) noexcept {
 }
 
 proof_result prove_recipe(const recipe& r, objective_kind objective) {
-  const bool weighted_objective = objective == objective_kind::weighted_token_mean;
-  if (!weighted_objective)
+  if (objective != objective_kind::weighted_token_mean)
     if (const std::optional<count_variable> mass = r.scale.mass_variable())
       throw error(error_code::recipe_error, "the recipe uses " + std::string(variable_name(*mass)) +
                                                 ", a weight mass: prove it with --objective weighted_token_mean");
-  proof_result result;
-  std::optional<std::pair<count_configuration, judged>> first_wrong;
-  std::optional<std::pair<count_configuration, judged>> first_zero;
-  // A wrong configuration is kept only when its replay partition is defined everywhere, so that the
-  // counterexample file shows two numbers that differ rather than a division by zero elsewhere.
-  auto note = [&](const count_configuration& c, const judged& j) {
-    if (j.result == outcome::wrong && !first_wrong) {
-      token_partition tokens = partition_for(c);
-      tokens.reducer = r.reducer;
-      if (recipe_gradient(to_partition(tokens), r).value) first_wrong.emplace(c, j);
-    }
-    if (j.result == outcome::divides_by_zero && !first_zero) first_zero.emplace(c, j);
-  };
-  // A wrong gradient is the stronger finding: the recipe fails even where it is defined.
-  auto refuted = [&]() -> bool {
-    if (!first_wrong && !first_zero) return false;
-    if (first_wrong) {
-      result.verdict = proof_verdict::wrong;
-      result.counterexample = expose(r, first_wrong->first, first_wrong->second);
-      if (first_zero) result.division_risk = expose(r, first_zero->first, first_zero->second);
-    } else {
-      result.verdict = proof_verdict::divides_by_zero;
-      result.counterexample = expose(r, first_zero->first, first_zero->second);
-    }
-    return true;
-  };
-  // Under the weighted objective each configuration is judged with every choice of per-token weight for
-  // its three groups of tokens (a group without tokens has mass 0 whatever its weight).
-  std::uint64_t judged_configurations = 0;
-  auto judge_all = [&](const count_configuration& c) {
-    if (!weighted_objective) {
-      ++judged_configurations;
-      note(c, judge(r, c));
-      return;
-    }
-    const std::array<std::uint64_t, 3> group_tokens{c.microbatch_tokens, c.rank_tokens - c.microbatch_tokens,
-                                                    c.valid_tokens - c.rank_tokens};
-    for (const rational& a : scope_weights)
-      for (const rational& b : scope_weights)
-        for (const rational& d : scope_weights) {
-          const std::array<rational, 3> weights{a, b, d};
-          bool distinct = true;  // skip repeats that only change the weight of an empty group
-          for (std::size_t g = 0; g < 3; ++g)
-            if (group_tokens[g] == 0 && weights[g] != scope_weights.front()) distinct = false;
-          if (!distinct) continue;
-          const count_configuration w = weighted(c, weights);
-          if ((*w.masses)[0] == 0) continue;  // M = 0 has no objective
-          ++judged_configurations;
-          note(w, judge(r, w));
-        }
-  };
-
-  const std::vector<count_configuration> scope = small_scope();
-  for (const count_configuration& c : scope) judge_all(c);
-  result.coverage = "every partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch (" +
-                    small_scope_partitions().str() + " partitions, through the " + std::to_string(scope.size()) +
-                    " distinct (W, N, n_r, n_m, G) a microbatch of them can see)";
-  if (weighted_objective)
-    result.coverage += ", each with the tokens of the microbatch, of the rest of its rank and of the other ranks "
-                       "weighing 0, 1/2, 1 or 2 each (" + std::to_string(judged_configurations) +
-                       " configurations with M > 0)";
-  result.coverage += ", smallest N first";
-  if (refuted()) return result;
-
-  detail::deterministic_random random(0x2545F4914F6CDD1Dull);
-  for (int i = 0; i < random_configurations && !first_wrong && !first_zero; ++i) {
-    count_configuration c;
-    c.world_size = 1 + random.below(64);
-    c.microbatches = 1 + random.below(16);
-    c.microbatch_tokens = random.below(1001);
-    c.rank_tokens = c.microbatch_tokens + (c.microbatches > 1 ? random.below(1000 * (c.microbatches - 1) + 1) : 0);
-    c.valid_tokens = c.rank_tokens + (c.world_size > 1 ? random.below(16000 * (c.world_size - 1) + 1) : 0);
-    if (c.valid_tokens == 0) c.valid_tokens = c.rank_tokens = c.microbatch_tokens = 1;
-    if (weighted_objective) {
-      std::array<rational, 3> weights;
-      for (rational& w : weights) w = rational(random.below(17), 1 + random.below(8));
-      c = weighted(c, weights);
-      if ((*c.masses)[0] == 0) c = weighted(c, {rational(1), rational(1), rational(1)});
-    }
-    note(c, judge(r, c));
-  }
-  result.coverage += "; " + std::to_string(random_configurations) +
-                     " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
-                     (weighted_objective ? " and per-group token weights p/q with p ≤ 16, q ≤ 8" : "");
-  if (refuted()) return result;
-
-  // F = c·N − d (c·M − d weighted) is a rational function; its numerator has total degree at most D, so if
-  // F vanishes on a product grid of D + 1 values per variable inside the domain, the numerator is the zero
-  // polynomial and the identity holds for all counts (and masses).
-  const auto [numerator_degree, denominator_degree] = r.scale.degree_bound();
-  const unsigned degree = std::max(numerator_degree, denominator_degree) + 1;
-  if (degree > largest_decided_degree) {
-    result.verdict = proof_verdict::checked;
-    result.coverage += "; the expression's degree bound " + std::to_string(degree) +
-                       " is too large to decide for all counts, so this is checked, not proved";
-    return result;
-  }
-  const std::uint64_t d = degree;
-  const count_variable denominator = weighted_objective ? count_variable::M : count_variable::N;
-  // A variable takes D + 1 values when F depends on it, one value otherwise. Counts nest (nₘ ≤ nᵣ ≤ N),
-  // masses too, each range above the one below it.
-  struct axis {
-    count_variable variable;
-    std::uint64_t low;
-    std::uint64_t high;
-  };
-  auto range_of = [&](count_variable v, std::uint64_t low) {
-    const bool varies = r.scale.uses(v) || v == denominator || (v == count_variable::W && r.reducer == reducer_kind::mean);
-    return axis{v, low, varies ? low + d : low};
-  };
-  std::vector<axis> axes{range_of(count_variable::W, 2), range_of(count_variable::G, 2),
-                         range_of(count_variable::n_m, 1), range_of(count_variable::n_r, d + 2),
-                         range_of(count_variable::N, 2 * d + 3)};
-  if (weighted_objective) {
-    axes.push_back(range_of(count_variable::m_m, 1));
-    axes.push_back(range_of(count_variable::m_r, d + 2));
-    axes.push_back(range_of(count_variable::M, 2 * d + 3));
-  }
-  std::vector<std::uint64_t> at;
-  for (const axis& a : axes) at.push_back(a.low);
-  auto value = [&](count_variable v) {
-    for (std::size_t i = 0; i < axes.size(); ++i)
-      if (axes[i].variable == v) return at[i];
-    return std::uint64_t{0};
-  };
-  std::uint64_t points = 0;
-  for (;;) {
-    count_configuration c{value(count_variable::W), value(count_variable::N), value(count_variable::n_r),
-                          value(count_variable::n_m), value(count_variable::G), std::nullopt};
-    if (weighted_objective)
-      c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
-                                         rational(value(count_variable::m_m))};
-    note(c, judge(r, c));
-    if (refuted()) return result;
-    ++points;
-    std::size_t i = 0;
-    for (; i < axes.size(); ++i) {
-      if (at[i] < axes[i].high) {
-        ++at[i];
-        break;
-      }
-      at[i] = axes[i].low;
-    }
-    if (i == axes.size()) break;
-  }
-  result.verdict = proof_verdict::proved;
-  result.coverage += "; proved for all " + std::string(weighted_objective ? "counts and masses" : "counts") + ": c·" +
-                     std::string(variable_name(denominator)) + " − d has a numerator of degree at most " +
-                     std::to_string(degree) + " and vanishes on a grid of " + std::to_string(points) +
-                     " configurations (" + std::to_string(degree + 1) + " values of each variable it depends on)";
-  return result;
+  return recipe_prover(r, objective).run();
 }
 
 }  // namespace normcheck

@@ -1,6 +1,6 @@
 // The collective-trace checker: clean runs, the first problem of each kind, and rejected traces.
 
-#include "normcheck/collectives/collectives.hpp"
+#include "normcheck/collectives/trace_report.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,9 +1,7 @@
 #pragma once
-/// \file collectives/collectives.hpp
-/// Checking traces of collective calls: every rank must issue the same collectives, in the same
-/// order, with the same operation, group, reduce op, shape and dtype. A trace is JSON lines, one call
-/// per line, in one file per rank or one file for all; calls are compared step by step, position by
-/// position, and the first disagreement is reported with each rank's call side by side.
+/// \file collectives/trace.hpp
+/// Traces of collective calls: JSON lines, one call per line, in one file per rank or one file for all,
+/// read into calls with their distinct signatures and tensor names.
 
 #include "normcheck/core/errors.hpp"
 #include "normcheck/io/json_reader.hpp"
@@ -11,7 +9,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -81,39 +78,7 @@ private:
   std::string key_;  // reused to look signatures up without allocating
 };
 
-/// What a rank did at one position of one step.
-struct rank_call {
-  std::size_t rank = 0;
-  std::optional<std::size_t> call;  ///< index into calls(); none when the rank issued no call there
-};
-
-/// The first place where the ranks disagree.
-struct trace_problem {
-  bool missing_call = false;            ///< some rank did not issue a call the others did (would hang)
-  std::uint64_t step = 0;
-  std::uint64_t position = 0;           ///< 0-based position of the call within the step
-  std::vector<rank_call> side_by_side;  ///< every rank's call at (step, position)
-  std::vector<std::size_t> waiting;     ///< ranks that issued the call and would wait for the others
-  std::vector<std::size_t> missing;     ///< ranks that did not issue it
-  std::vector<std::string> notes;       ///< what differs, and what each odd rank did instead
-};
-
-/// The verdict on a trace.
-struct trace_verdict {
-  std::size_t world_size = 0;
-  std::uint64_t calls = 0;
-  std::uint64_t steps = 0;              ///< distinct steps seen
-  std::optional<trace_problem> first_problem;
-};
-
-/// Compares the ranks' sequences. W is `world_size` when given, else the largest rank + 1 (a rank
-/// with no line then misses every call). Throws `error(schema_error)` for an inconsistent trace: a
-/// seq repeated or skipped on a rank (a lost line), a step that goes backwards, a rank ≥ W.
-trace_verdict check_trace(const collective_trace& trace, std::optional<std::size_t> world_size = std::nullopt);
-
-/// Writes the verdict for people: the counts, then the first problem with each rank's call side by side.
-void print_trace_verdict(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict);
-/// Writes the verdict as one JSON document.
-void print_trace_verdict_json(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict);
+/// The shape as text, e.g. "[3, 4]".
+std::string shape_text(const std::vector<std::uint64_t>& shape);
 
 }  // namespace normcheck
