@@ -1,30 +1,13 @@
 #include "normcheck/check/junit_report.hpp"
 
 #include "normcheck/check/text_report.hpp"
+#include "normcheck/io/markup.hpp"
 
 #include <sstream>
 
 namespace normcheck {
 
 namespace {
-
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters even when escaped.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' && c != '\r') out += ' ';
-        else out += c;
-    }
-  }
-  return out;
-}
 
 // One line that names what went wrong, for the failure message attribute.
 std::string failure_message(const file_report& report) {

@@ -1,6 +1,7 @@
 #include "normcheck/teaching/svg.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/io/markup.hpp"
 
 
 
@@ -25,21 +26,6 @@ std::string svg_number(const rational& value) {
   return out;
 }
 
-std::string svg_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 linear_scale::linear_scale(rational from_low, rational from_high, rational to_low, rational to_high)
     : from_low_(std::move(from_low)), from_high_(std::move(from_high)), to_low_(std::move(to_low)),
       to_high_(std::move(to_high)) {}
@@ -59,13 +45,13 @@ svg_canvas::svg_canvas(std::uint32_t width, std::uint32_t height, std::string_vi
 void svg_canvas::rect(const rational& x, const rational& y, const rational& width, const rational& height,
                       std::string_view fill) {
   body_ += "  <rect x=\"" + svg_number(x) + "\" y=\"" + svg_number(y) + "\" width=\"" + svg_number(width) +
-           "\" height=\"" + svg_number(height) + "\" fill=\"" + svg_escape(fill) + "\"/>\n";
+           "\" height=\"" + svg_number(height) + "\" fill=\"" + xml_escape(fill) + "\"/>\n";
 }
 
 void svg_canvas::line(const rational& x1, const rational& y1, const rational& x2, const rational& y2,
                       std::string_view stroke, const rational& width, bool dashed) {
   body_ += "  <line x1=\"" + svg_number(x1) + "\" y1=\"" + svg_number(y1) + "\" x2=\"" + svg_number(x2) +
-           "\" y2=\"" + svg_number(y2) + "\" stroke=\"" + svg_escape(stroke) + "\" stroke-width=\"" +
+           "\" y2=\"" + svg_number(y2) + "\" stroke=\"" + xml_escape(stroke) + "\" stroke-width=\"" +
            svg_number(width) + "\"" + (dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>\n";
 }
 
@@ -76,21 +62,21 @@ void svg_canvas::polyline(const std::vector<svg_point>& points, std::string_view
     if (!coordinates.empty()) coordinates += ' ';
     coordinates += svg_number(point.first) + "," + svg_number(point.second);
   }
-  body_ += "  <polyline points=\"" + coordinates + "\" fill=\"none\" stroke=\"" + svg_escape(stroke) +
+  body_ += "  <polyline points=\"" + coordinates + "\" fill=\"none\" stroke=\"" + xml_escape(stroke) +
            "\" stroke-width=\"" + svg_number(width) + "\"" + (dashed ? " stroke-dasharray=\"6 4\"" : "") +
            " stroke-linejoin=\"round\"/>\n";
 }
 
 void svg_canvas::circle(const rational& cx, const rational& cy, const rational& radius, std::string_view fill) {
   body_ += "  <circle cx=\"" + svg_number(cx) + "\" cy=\"" + svg_number(cy) + "\" r=\"" + svg_number(radius) +
-           "\" fill=\"" + svg_escape(fill) + "\"/>\n";
+           "\" fill=\"" + xml_escape(fill) + "\"/>\n";
 }
 
 void svg_canvas::text(const rational& x, const rational& y, std::string_view content, unsigned size,
                       text_anchor anchor, std::string_view fill) {
   const char* anchor_name = anchor == text_anchor::start ? "start" : anchor == text_anchor::middle ? "middle" : "end";
   body_ += "  <text x=\"" + svg_number(x) + "\" y=\"" + svg_number(y) + "\" font-size=\"" + std::to_string(size) +
-           "\" text-anchor=\"" + anchor_name + "\" fill=\"" + svg_escape(fill) + "\">" + svg_escape(content) +
+           "\" text-anchor=\"" + anchor_name + "\" fill=\"" + xml_escape(fill) + "\">" + xml_escape(content) +
            "</text>\n";
 }
 
@@ -100,7 +86,7 @@ std::string svg_canvas::str() const {
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + width + "\" height=\"" + height +
          "\" viewBox=\"0 0 " + width + " " + height + "\" font-family=\"DejaVu Sans, sans-serif\">\n"
-         "  <title>" + svg_escape(title_) + "</title>\n"
+         "  <title>" + xml_escape(title_) + "</title>\n"
          "  <rect x=\"0\" y=\"0\" width=\"" + width + "\" height=\"" + height + "\" fill=\"#ffffff\"/>\n" +
          body_ + "</svg>\n";
 }

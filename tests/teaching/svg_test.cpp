@@ -34,11 +34,6 @@ TEST_CASE("svg_number rounds to two decimals, halves away from zero") {
   CHECK(normcheck::svg_number(number("0.999")) == "1");
 }
 
-TEST_CASE("svg_escape escapes markup characters") {
-  CHECK(normcheck::svg_escape("a<b & \"c\">") == "a&lt;b &amp; &quot;c&quot;&gt;");
-  CHECK(normcheck::svg_escape("Sᵣ/nᵣ") == "Sᵣ/nᵣ");
-}
-
 TEST_CASE("linear_scale maps the ends and the middle") {
   const normcheck::linear_scale scale(number("-1"), number("3"), 200, 0);
   CHECK(scale(-1) == 200);

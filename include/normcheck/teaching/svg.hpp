@@ -16,9 +16,6 @@ namespace normcheck {
 /// A coordinate or length as SVG text, rounded half away from zero to two decimals ("12.5", "-3", "0.33").
 std::string svg_number(const rational& value);
 
-/// `text` with &, <, > and " escaped for SVG character data and attribute values.
-std::string svg_escape(std::string_view text);
-
 /// The affine map that sends [from_low, from_high] to [to_low, to_high]; a zero-width domain maps to the middle.
 class linear_scale {
 public:
