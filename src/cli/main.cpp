@@ -4,6 +4,7 @@
 #include "commands.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/version.hpp"
 
 #include <csignal>
 #include <iostream>
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   using normcheck::cli::outcome;
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"normcheck: exact verification of loss normalization in data-parallel training"};
-  app.set_version_flag("--version", "normcheck 0.1.0");
+  app.set_version_flag("--version", std::string("normcheck ") + normcheck::version);
   app.require_subcommand(1);
 
   normcheck::cli::action run;
