@@ -103,21 +103,30 @@ void judge_rejection(file_report& report, const error& e, std::string_view text,
 }
 
 file_report check_text(std::string_view text, std::string source, const check_options& options) {
-  if (identify(text, options.limits) == document_kind::scenario) return check_scenario(text, std::move(source), options);
+  const document_kind kind = identify(text, options.limits);
+  if (kind == document_kind::scenario) return check_scenario(text, std::move(source), options);
+  if (kind == document_kind::trace) {
+    file_report report;
+    report.file = source;
+    report.kind = kind;
+    judge_rejection(report, wrong_kind(kind, "check", source), text, options.limits);
+    return report;
+  }
   return check_partition(text, std::move(source), options);
 }
 
 file_report check_path(const std::filesystem::path& path, const check_options& options) {
+  const std::string name = path == "-" ? std::string(standard_input_name) : path.string();
   std::string text;
   try {
     text = load_file(path, options.limits);
   } catch (const error& e) {
     file_report report;
-    report.file = path.string();
+    report.file = name;
     judge_rejection(report, e, {}, options.limits);
     return report;
   }
-  return check_text(text, path.string(), options);
+  return check_text(text, name, options);
 }
 
 std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths) {

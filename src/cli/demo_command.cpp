@@ -2,9 +2,11 @@
 
 #include "commands.hpp"
 
-#include "normcheck/teaching/demo.hpp"
+#include "normcheck/check/check.hpp"
+#include "normcheck/documents/kind.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 #include "normcheck/io/files.hpp"
+#include "normcheck/teaching/demo.hpp"
 
 #include <iostream>
 #include <memory>
@@ -46,7 +48,8 @@ outcome run_demo_command(const demo_options& options) {
   std::optional<demo_input> input;
   if (!options.partition_file.empty()) {
     const std::string text = load_file(options.partition_file);
-    partition_file file = read_partition(text, options.partition_file);
+    require_kind(text, document_kind::partition, "demo --partition", options.partition_file);
+    partition_file file = read_partition(text, options.partition_file, {}, standard_sections());
     demo_input from_file;
     from_file.update = std::move(file.update);
     from_file.origin = options.partition_file + (file.description.empty() ? "" : " (" + file.description + ")");

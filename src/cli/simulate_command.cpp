@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include "normcheck/documents/kind.hpp"
 #include "normcheck/io/files.hpp"
 #include "normcheck/simulation/expectations.hpp"
 #include "normcheck/simulation/simulation_report.hpp"
@@ -20,17 +21,19 @@ struct simulate_options {
 };
 
 outcome run_simulate(const simulate_options& options) {
+  const std::string source = options.path == "-" ? std::string(standard_input_name) : options.path;
   const std::string text = load_file(options.path, options.limits);
-  const scenario s = read_scenario(text, options.path, options.limits);
+  require_kind(text, document_kind::scenario, "simulate", source, options.limits);
+  const scenario s = read_scenario(text, source, options.limits);
   const simulation run = simulate(s);
   std::vector<std::string> failures = unmet_expectations(s, run);
   if (s.expect_error)
     failures.insert(failures.begin(), "expected rejection with " + std::string(code_name(*s.expect_error)) +
                                           ", but the scenario was read without error");
   if (options.json) {
-    print_simulation_json(std::cout, options.path, s, run, failures);
+    print_simulation_json(std::cout, source, s, run, failures);
   } else {
-    print_simulation(std::cout, options.path, s, run);
+    print_simulation(std::cout, source, s, run);
     for (const std::string& failure : failures) std::cout << "DOES NOT HOLD: " << failure << "\n";
     if (failures.empty())
       std::cout << (s.has_expect ? "every expectation holds\n"
@@ -45,7 +48,7 @@ void add_simulate_command(CLI::App& app, action& run) {
   auto options = std::make_shared<simulate_options>();
   CLI::App* simulate_app = app.add_subcommand(
       "simulate", "Simulate a normcheck-scenario/1 file exactly: every step of every rank, and the reference run");
-  simulate_app->add_option("file", options->path, "Scenario file")->required();
+  simulate_app->add_option("file", options->path, "Scenario file (- for standard input)")->required();
   simulate_app->add_flag("--json", options->json, "Print one JSON document instead of the text report");
   simulate_app->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted")
       ->capture_default_str()

@@ -96,6 +96,21 @@ document_kind identify(std::string_view text, const reader_limits& limits) {
   return looks_like_trace(text, limits) ? document_kind::trace : document_kind::unknown;
 }
 
+error wrong_kind(document_kind kind, std::string_view command, const std::string& source) {
+  location where;
+  where.file = source;
+  return error(error_code::usage_error,
+               "is " + std::string(kind_description(kind)) + ": `normcheck " + std::string(kind_command(kind)) +
+                   "` takes it, not `normcheck " + std::string(command) + "`",
+               where);
+}
+
+void require_kind(std::string_view text, document_kind wanted, std::string_view command, const std::string& source,
+                  const reader_limits& limits) {
+  const document_kind kind = identify(text, limits);
+  if (kind != wanted && kind != document_kind::unknown) throw wrong_kind(kind, command, source);
+}
+
 std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits) {
   std::optional<error_code> code;
   scan_members(text, limits, [&](std::string_view key, json_reader& json) {

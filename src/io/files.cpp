@@ -12,13 +12,37 @@
 
 namespace normcheck {
 
+namespace {
+
+[[noreturn]] void fail_reading(const std::string& name, error_code code, const std::string& why) {
+  location where;
+  where.file = name;
+  throw error(code, why, where);
+}
+
+// Standard input, read to its end within the size limit (it may be a pipe, a terminal or a file).
+std::string load_standard_input(const reader_limits& limits) {
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(0, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_reading(std::string(standard_input_name), error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
+    if (n == 0) return text;
+    if (text.size() + static_cast<std::size_t>(n) > limits.max_file_size)
+      fail_reading(std::string(standard_input_name), error_code::limit_exceeded,
+             "holds more than the limit of " + std::to_string(limits.max_file_size) +
+                 " bytes (--max-file-size raises it)");
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace
+
 std::string load_file(const std::filesystem::path& path, const reader_limits& limits) {
+  if (path == "-") return load_standard_input(limits);
   const std::string name = path.string();
-  auto reject = [&](error_code code, const std::string& why) {
-    location where;
-    where.file = name;
-    throw error(code, why, where);
-  };
+  auto reject = [&](error_code code, const std::string& why) { fail_reading(name, code, why); };
   // Opened without blocking (a FIFO would wait for a writer) and examined through the open
   // descriptor, so that what is examined is what is read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);

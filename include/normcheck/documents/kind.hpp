@@ -35,6 +35,15 @@ std::optional<std::string> declared_format(std::string_view text, const reader_l
 /// and "rank" members. Never throws.
 document_kind identify(std::string_view text, const reader_limits& limits = {});
 
+/// The error for a document of `kind` given to a command that does not read it: "is a collective-call trace
+/// (JSON lines): `normcheck collectives` takes it, not `normcheck check`" (usage_error, located at the file).
+error wrong_kind(document_kind kind, std::string_view command, const std::string& source);
+
+/// Throws `wrong_kind` unless `text` is of kind `wanted` or of no kind normcheck knows (whose reader then
+/// says what is wrong with it).
+void require_kind(std::string_view text, document_kind wanted, std::string_view command, const std::string& source,
+                  const reader_limits& limits = {});
+
 /// The `expect_error` of a document that was rejected, if it names one among the top-level members
 /// that precede any syntax error. Never throws.
 std::optional<error_code> find_expected_error(std::string_view text, const reader_limits& limits = {});

@@ -12,9 +12,12 @@
 
 namespace normcheck {
 
+/// How errors and reports name standard input, which commands read for the path "-".
+inline constexpr std::string_view standard_input_name = "<stdin>";
+
 /// Reads a whole regular file, within `limits.max_file_size`; throws `error(io_error)` (a missing or
 /// unreadable path, a directory, a FIFO or device, a file that changes size while read) or
-/// `error(limit_exceeded)`. Never blocks on a FIFO.
+/// `error(limit_exceeded)`. Never blocks on a FIFO. The path "-" reads standard input to its end.
 std::string load_file(const std::filesystem::path& path, const reader_limits& limits = {});
 
 /// Writes `content` to a temporary file beside `path`, flushes it, renames it over `path` and flushes the
