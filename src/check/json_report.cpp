@@ -63,7 +63,7 @@ void write_report_json(json_writer& json, const file_report& report) {
 std::string json_report(const std::vector<file_report>& reports) {
   std::string out;
   json_writer json(out);
-  json.begin_object().key("reports").begin_array(json_layout::lines);
+  json.begin_object().member("format", json_report_format).key("reports").begin_array(json_layout::lines);
   for (const file_report& report : reports) write_report_json(json, report);
   const run_summary summary = summarize(reports);
   json.end_array()

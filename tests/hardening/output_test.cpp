@@ -55,7 +55,7 @@ TEST_CASE("check --output writes the JSON report whole") {
       {NORMCHECK_EXECUTABLE, "check", "--output", report, std::string(NORMCHECK_CASES_DIR) + "/reference"});
   CHECK(result.status == 0);
   const std::string written = hardening::slurp(report);
-  CHECK(written.rfind("{\"reports\": [", 0) == 0);
+  CHECK(written.rfind("{\"format\": \"normcheck-report/1\", \"reports\": [", 0) == 0);
   CHECK(written.find("\"failed\": 0, \"errors\": 0}") != std::string::npos);
   CHECK(entries(dir.path) == 1);
   // The text report still goes to standard output.

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The documentation stays true.
+
+    docs_test.py schemas NORMCHECK ROOT     every normcheck/1 file under cases/ that is meant to be read is
+                                            valid against docs/schema/normcheck-1.schema.json,
+                                            and `check --json` on all of them (rejections included) is valid
+                                            against docs/schema/report.schema.json; a report with a member
+                                            removed, renamed or mistyped is not
+    docs_test.py readme NORMCHECK ROOT      README.md has at most 200 lines, every relative link in README.md and
+                                            docs/ names a file that exists, and the README's dump example is
+                                            diagnosed as it says (gate fail, local_mean)
+
+Needs python3-jsonschema (Debian). Exit 0 passed, 1 failed.
+"""
+
+import copy
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jsonschema
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def partition_files(root):
+    """The normcheck/1 files under cases/ that are meant to be read (no expect_error)."""
+    paths = sorted(glob.glob(os.path.join(root, "cases", "**", "*.json"), recursive=True))
+    files = []
+    for path in paths:
+        try:
+            document = load(path)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(document, dict) and document.get("format") == "normcheck/1" and "expect_error" not in document:
+            files.append(path)
+    return files
+
+
+def schemas(normcheck, root):
+    document_schema = load(os.path.join(root, "docs", "schema", "normcheck-1.schema.json"))
+    report_schema = load(os.path.join(root, "docs", "schema", "report.schema.json"))
+    jsonschema.Draft202012Validator.check_schema(document_schema)
+    jsonschema.Draft202012Validator.check_schema(report_schema)
+    documents = jsonschema.Draft202012Validator(document_schema)
+    failures = 0
+    files = partition_files(root)
+    for path in files:
+        for problem in documents.iter_errors(load(path)):
+            print(f"FAIL {path}: {problem.message} at {list(problem.absolute_path)}")
+            failures += 1
+    every = sorted(glob.glob(os.path.join(root, "cases", "**", "*.json"), recursive=True) +
+                   glob.glob(os.path.join(root, "tests", "*", "inputs", "*.json")))
+    run = subprocess.run([normcheck, "check", "--json", *every], capture_output=True, text=True, timeout=300)
+    report = json.loads(run.stdout)
+    reports = jsonschema.Draft202012Validator(report_schema)
+    for problem in reports.iter_errors(report):
+        print(f"FAIL report: {problem.message} at {list(problem.absolute_path)}")
+        failures += 1
+    kinds = {(r["kind"], r["status"], "gate" in r, "recipe" in r, "error" in r) for r in report["reports"]}
+    print(f"{len(files)} documents valid; a report of {len(report['reports'])} files valid, "
+          f"{len(kinds)} different shapes of report")
+    # The schema must be able to fail: break a real report in three ways.
+    broken = []
+    without_status = copy.deepcopy(report)
+    del without_status["reports"][0]["status"]
+    broken.append(("a report without its status", without_status))
+    renamed = copy.deepcopy(report)
+    renamed["reports"][0]["gradient"] = renamed["reports"][0].pop("gradients")
+    broken.append(("gradients renamed", renamed))
+    with_gate = next(i for i, r in enumerate(report["reports"]) if "gate" in r)
+    mistyped = copy.deepcopy(report)
+    mistyped["reports"][with_gate]["gate"]["bound"] = 0.5
+    broken.append(("a bound written as a float", mistyped))
+    for what, document in broken:
+        if reports.is_valid(document):
+            print(f"FAIL: the report schema accepts {what}")
+            failures += 1
+    return failures
+
+
+LINK = re.compile(r"\]\(([^)#]+)(#[^)]*)?\)")
+
+
+def readme(normcheck, root):
+    failures = 0
+    readme_path = os.path.join(root, "README.md")
+    with open(readme_path, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.count("\n")
+    if lines > 200:
+        print(f"FAIL: README.md has {lines} lines, more than 200")
+        failures += 1
+    for page in [readme_path] + sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
+        with open(page, encoding="utf-8") as f:
+            for target, _ in LINK.findall(f.read()):
+                if re.match(r"^[a-z]+:", target):
+                    continue
+                if not os.path.exists(os.path.join(os.path.dirname(page), target)):
+                    print(f"FAIL {os.path.relpath(page, root)}: link to {target}, which does not exist")
+                    failures += 1
+    example = next(block for block in re.findall(r"```json\n(.*?)```", text, re.S) if '"observed"' in block)
+    checked = subprocess.run([normcheck, "check", "--json", "-"], input=example, capture_output=True, text=True,
+                             timeout=60)
+    gate = json.loads(checked.stdout)["reports"][0].get("gate", {})
+    names = [e["name"] for e in gate.get("diagnosis", [])]
+    if checked.returncode != 1 or gate.get("verdict") != "fail" or names != ["local_mean"]:
+        print(f"FAIL: the README's dump example gives exit {checked.returncode}, verdict {gate.get('verdict')}, "
+              f"diagnosis {names}; the README says fail with local_mean")
+        failures += 1
+    print(f"README.md: {lines} lines; links checked in README.md and docs/")
+    return failures
+
+
+def main():
+    what, normcheck, root = sys.argv[1:4]
+    failures = schemas(normcheck, root) if what == "schemas" else readme(normcheck, root)
+    print("passed" if failures == 0 else f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
