@@ -49,17 +49,7 @@ void add_check_command(CLI::App& app, action& run) {
   check->add_option("paths", options->paths, "Partition files or directories")->required();
   check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
   check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)");
-  check->add_option("--max-depth", options->checking.limits.max_depth, "Deepest JSON nesting accepted")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  check->add_option("--max-file-size", options->checking.limits.max_file_size, "Largest file accepted, in bytes")
-      ->capture_default_str();
-  check->add_option("--max-digits", options->checking.limits.numbers.max_digits, "Most digits in one literal")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
-  check->add_option("--max-exponent", options->checking.limits.numbers.max_exponent, "Largest |exponent| of a literal as written")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100000000));
+  add_reader_limits(*check, options->checking.limits);
   check->add_option("--output", options->output,
                     "Also write the --json report to this file (a temporary file renamed into place: never half-written)");
   check->callback([&run, options] { run = [options] { return run_check(*options); }; });

@@ -48,11 +48,7 @@ void add_collectives_command(CLI::App& app, action& run) {
                           "W, when some rank may have left no line (default: the largest rank + 1)")
       ->check(CLI::Range(1, 1 << 20));
   collectives->add_flag("--json", options->json, "Print one JSON document instead of the text report");
-  collectives->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted in a line")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  collectives->add_option("--max-file-size", options->limits.max_file_size, "Largest trace file accepted, in bytes")
-      ->capture_default_str();
+  add_reader_limits(*collectives, options->limits);
   collectives->callback([&run, options] { run = [options] { return run_collectives(*options); }; });
 }
 

@@ -2,6 +2,8 @@
 // The subcommands of the normcheck executable. Each file src/cli/<name>_command.cpp registers one
 // subcommand; main.cpp registers them all and turns their outcome into the exit status.
 
+#include "normcheck/io/json_reader.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -17,6 +19,9 @@ enum class outcome {
 
 /// The chosen command's work, set by its parse callback and run once parsing succeeded.
 using action = std::function<outcome()>;
+
+/// Registers --max-depth, --max-file-size, --max-digits and --max-exponent on a command that reads documents.
+void add_reader_limits(CLI::App& command, reader_limits& limits);
 
 void add_check_command(CLI::App& app, action& run);
 void add_reference_command(CLI::App& app, action& run);

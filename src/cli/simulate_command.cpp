@@ -50,11 +50,7 @@ void add_simulate_command(CLI::App& app, action& run) {
       "simulate", "Simulate a normcheck-scenario/1 file exactly: every step of every rank, and the reference run");
   simulate_app->add_option("file", options->path, "Scenario file (- for standard input)")->required();
   simulate_app->add_flag("--json", options->json, "Print one JSON document instead of the text report");
-  simulate_app->add_option("--max-depth", options->limits.max_depth, "Deepest JSON nesting accepted")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  simulate_app->add_option("--max-file-size", options->limits.max_file_size, "Largest file accepted, in bytes")
-      ->capture_default_str();
+  add_reader_limits(*simulate_app, options->limits);
   simulate_app->callback([&run, options] { run = [options] { return run_simulate(*options); }; });
 }
 

@@ -101,19 +101,9 @@ accumulation_facts compute_accumulation(const demo_input& input) {
     }
   }
 
-  std::optional<token_layout> control_tokens = input.tokens ? deal_microbatches_equally(*input.tokens) : std::nullopt;
-  rational control_theta = p.theta;
-  std::string control_origin = "the same tokens of each rank dealt equally to its microbatches";
-  if (!control_tokens) {
-    const demo_input builtin = builtin_input("accumulation");
-    control_tokens = deal_microbatches_equally(*builtin.tokens);
-    control_theta = builtin.update.theta;
-    control_origin = input.tokens ? "the built-in tokens dealt equally to the microbatches (these counts do not "
-                                    "divide evenly)"
-                                  : "the built-in tokens dealt equally to the microbatches (a file's partition "
-                                    "keeps only sums, so its own tokens cannot be dealt anew)";
-  }
-  f.control = example_input(*control_tokens, control_theta, reducer_kind::mean, control_origin);
+  f.control = dealt_control(input, "accumulation", deal_microbatches_equally,
+                            {"the same tokens of each rank dealt equally to its microbatches",
+                             "the built-in tokens dealt equally to the microbatches", "these counts do not divide evenly"});
   f.control_microbatch_means = gradient(f.control.update, strategy::microbatch_mean);
   f.control_objective = *gradient(f.control.update, strategy::global_mean);
 
@@ -286,17 +276,13 @@ demo_document accumulation_document(const accumulation_facts& f) {
     d.sections.push_back(std::move(s));
   }
   {
-    demo_section s{"Control: equal microbatches", {}};
-    s.blocks.push_back(paragraph(description_of(f.control) + " " + update_summary(f.control.update)));
-    s.blocks.push_back(microbatch_table(f.control));
-    s.blocks.push_back(display({"per-microbatch means: " + show(f.control_microbatch_means),
-                                "objective:            " + show(f.control_objective)}));
     const bool hidden = f.control_microbatch_means && *f.control_microbatch_means == f.control_objective;
-    s.blocks.push_back(paragraph(hidden ? "When every microbatch holds the same number of valid tokens the "
-                                          "per-microbatch denominators agree with the objective: a fixed-length, "
-                                          "unpadded batch hides the mistake."
-                                        : "Even with these microbatches the per-microbatch means miss the objective."));
-    d.sections.push_back(std::move(s));
+    d.sections.push_back(control_section(
+        "Control: equal microbatches", f.control, microbatch_table(f.control),
+        {"per-microbatch means: " + show(f.control_microbatch_means), "objective:            " + show(f.control_objective)},
+        hidden ? "When every microbatch holds the same number of valid tokens the per-microbatch denominators agree "
+                 "with the objective: a fixed-length, unpadded batch hides the mistake."
+               : "Even with these microbatches the per-microbatch means miss the objective."));
   }
   {
     demo_section s{"A microbatch without valid tokens", {}};

@@ -180,4 +180,23 @@ rational objective_at(const partition& p, const rational& theta) {
   return *gradient(at_theta(p, theta), strategy::global_mean);
 }
 
+demo_section control_section(std::string heading, const demo_input& control, demo_table table,
+                             std::vector<std::string> values, std::string lesson) {
+  return {std::move(heading),
+          {paragraph(description_of(control) + " " + update_summary(control.update)), std::move(table),
+           display(std::move(values)), paragraph(std::move(lesson))}};
+}
+
+demo_input dealt_control(const demo_input& input, std::string_view demo_name,
+                         std::optional<token_layout> (*deal)(const token_layout&), const control_origins& origins) {
+  if (input.tokens)
+    if (const std::optional<token_layout> dealt = deal(*input.tokens))
+      return example_input(*dealt, input.update.theta, reducer_kind::mean, origins.dealt);
+  const demo_input builtin = builtin_input(demo_name);
+  const std::string why = input.tokens ? origins.uneven
+                                       : "a file's partition keeps only sums, so its own tokens cannot be dealt anew";
+  return example_input(*deal(*builtin.tokens), builtin.update.theta, reducer_kind::mean,
+                       origins.builtin + " (" + why + ")");
+}
+
 }  // namespace normcheck::demo_support

@@ -73,6 +73,19 @@ demo_table rank_table(const demo_input& input);
 std::string update_summary(const partition& p);
 /// The objective's gradient at another θ.
 rational objective_at(const partition& p, const rational& theta);
+/// How a control update says where its tokens come from.
+struct control_origins {
+  std::string dealt;     ///< the input's own tokens dealt anew
+  std::string builtin;   ///< the built-in tokens dealt instead
+  std::string uneven;    ///< why the input's own tokens could not be dealt
+};
+/// The control of a demo: the input's tokens dealt equally by `deal`, or, when the input keeps only sums (a
+/// file's partition) or its tokens do not divide evenly, the demo's built-in tokens dealt the same way.
+demo_input dealt_control(const demo_input& input, std::string_view demo_name,
+                         std::optional<token_layout> (*deal)(const token_layout&), const control_origins& origins);
+/// A section on a control update: where it comes from, its table, the values compared, and what they show.
+demo_section control_section(std::string heading, const demo_input& control, demo_table table,
+                             std::vector<std::string> values, std::string lesson);
 /// "Computed on …."
 std::string description_of(const demo_input& input);
 

@@ -48,19 +48,9 @@ derivation_facts compute_derivation(const demo_input& input) {
   f.algebra = {reduced, factored, cancelled};
   f.weights = measure_rank_weights(p);
 
-  // The control deals the same tokens equally; a file's partition keeps only sums, so it uses the built-in tokens.
-  std::optional<token_layout> control_tokens = input.tokens ? deal_ranks_equally(*input.tokens) : std::nullopt;
-  rational control_theta = p.theta;
-  std::string control_origin = "the same tokens dealt equally";
-  if (!control_tokens) {
-    const demo_input builtin = builtin_input("derivation");
-    control_tokens = deal_ranks_equally(*builtin.tokens);
-    control_theta = builtin.update.theta;
-    control_origin = input.tokens ? "the built-in tokens dealt equally (these tokens do not divide evenly into W ranks)"
-                                  : "the built-in tokens dealt equally (a file's partition keeps only sums, so its "
-                                    "own tokens cannot be dealt anew)";
-  }
-  f.control = example_input(*control_tokens, control_theta, reducer_kind::mean, control_origin);
+  f.control = dealt_control(input, "derivation", deal_ranks_equally,
+                            {"the same tokens dealt equally", "the built-in tokens dealt equally",
+                             "these tokens do not divide evenly into W ranks"});
   f.control_local_means = gradient(f.control.update, strategy::local_mean);
   f.control_objective = *gradient(f.control.update, strategy::global_mean);
   f.control_compensated = *gradient(f.control.update, strategy::scaled_sum);
@@ -225,19 +215,15 @@ demo_document derivation_document(const derivation_facts& f) {
     d.sections.push_back(std::move(s));
   }
   {
-    demo_section s{"Control: the same tokens dealt equally", {}};
-    s.blocks.push_back(paragraph(description_of(f.control) + " " + update_summary(f.control.update)));
-    s.blocks.push_back(rank_table(f.control));
-    s.blocks.push_back(display({"averaged local means: " + show(f.control_local_means),
-                                "W·Sᵣ/N:               " + show(f.control_compensated),
-                                "objective:            " + show(f.control_objective)}));
     const bool hidden = f.control_local_means && *f.control_local_means == f.control_objective;
-    s.blocks.push_back(paragraph(
+    d.sections.push_back(control_section(
+        "Control: the same tokens dealt equally", f.control, rank_table(f.control),
+        {"averaged local means: " + show(f.control_local_means), "W·Sᵣ/N:               " + show(f.control_compensated),
+         "objective:            " + show(f.control_objective)},
         hidden ? "With equal counts the averaged local means equal the objective as well, so a test on an equal "
                  "partition passes with either normalization. Only unequal counts tell them apart: keep equal "
                  "partitions as a control, never as the only test."
                : "Even with these counts the averaged local means miss the objective."));
-    d.sections.push_back(std::move(s));
   }
   {
     demo_section s{"A rank that holds no valid token", {}};
