@@ -7,6 +7,7 @@
 #include "normcheck/core/rational.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,8 @@ namespace normcheck {
 
 /// The most steps one `step K` takes.
 inline constexpr std::uint64_t lab_max_steps = 1000;
+/// Significant digits of the decimal approximation shown beside an exact value ("9/5 (≈ 1.8)").
+inline constexpr int lab_significant_digits = 6;
 
 /// What the lab holds; nothing is set until the learner sets it.
 struct lab_state {
@@ -38,6 +41,48 @@ struct lab_reply {
   lab_status status = lab_status::done;
   std::vector<std::string> lines;
 };
+
+/// Every sentence the lab says that has a variable part or is built from parts. Each has one text
+/// with numbered gaps {0}, {1}, … for its variable parts; the session fills them with `lab_say`, and
+/// the teaching page embeds the same texts for its script, so both labs word everything alike.
+enum class lab_message {
+  reset_done,              ///< reset: lr, x and the prediction are cleared
+  approximated,            ///< {0} (≈ {1}): an exact value and its decimal approximation
+  learning_rate_set,       ///< lr = {0}
+  iterate,                 ///< x{0} = {1}
+  prediction_recorded,     ///< prediction for x{0}: {1}
+  prediction_right,        ///< prediction {0} is right: it equals x{1} exactly
+  prediction_wrong,        ///< prediction {0} is wrong: x{1} = {2}, the prediction is off by {3}
+  refused_lr_and_x,        ///< stepping before either is set
+  refused_lr,              ///< stepping before lr is set
+  refused_x,               ///< stepping before x is set
+  malformed,               ///< malformed: {0}
+  takes_no_argument,       ///< {0} takes no argument; found '{1}'
+  expected_set,            ///< set without lr or x and one value
+  expected_predict,        ///< predict without exactly one value
+  expected_step,           ///< step with more than one count
+  bad_step_count,          ///< step takes a whole number of steps from 1 to {0}; found '{1}'
+  step_count_out_of_range, ///< step takes a whole number of steps from 1 to {0}
+  unknown_command,         ///< unknown command '{0}'; help lists the commands
+  step_size_not_positive,  ///< the step size must be greater than 0; found {0}
+  show_lr,                 ///< lr: {0}
+  show_lr_unset,           ///< lr: not set (set lr VALUE)
+  show_x,                  ///< x: {0}
+  show_x_unset,            ///< x: not set (set x VALUE)
+  show_no_prediction,      ///< prediction for x{0}: none
+};
+
+/// One message: its stable name (for the page's script) and its text with gaps.
+struct lab_message_text {
+  lab_message id;
+  std::string_view name;
+  std::string_view text;
+};
+
+/// Every message, in the order of `lab_message`.
+const std::vector<lab_message_text>& lab_messages();
+/// The text of `id` with each gap {i} replaced by parts[i], in one pass (a part is never searched for gaps).
+std::string lab_say(lab_message id, std::initializer_list<std::string_view> parts = {});
 
 /// The gradient of x²/2 at x: the teaching loss ½(θ − y)² of one token with target 0, by the library.
 rational lab_gradient(const rational& x);
