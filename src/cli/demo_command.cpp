@@ -7,6 +7,7 @@
 #include "normcheck/documents/partition_reader.hpp"
 #include "normcheck/io/files.hpp"
 #include "normcheck/teaching/demo.hpp"
+#include "normcheck/teaching/page.hpp"
 
 #include <iostream>
 #include <memory>
@@ -20,6 +21,7 @@ struct demo_options {
   bool markdown = false;
   std::string partition_file;
   std::string svg_file;
+  std::string html_file;
 };
 
 void list_demos(bool markdown) {
@@ -30,7 +32,8 @@ void list_demos(bool markdown) {
                 << "\n";
     return;
   }
-  std::cout << "demos (run one with: normcheck demo NAME [--markdown] [--partition FILE] [--svg FILE]):\n";
+  std::cout << "demos (run one with: normcheck demo NAME [--markdown] [--partition FILE] [--svg FILE]; all of them "
+               "and the lab as one page: normcheck demo --html FILE):\n";
   std::size_t width = 0;
   for (const demo_info& info : demo_catalog()) width = std::max(width, info.name.size());
   for (const demo_info& info : demo_catalog())
@@ -39,7 +42,10 @@ void list_demos(bool markdown) {
 }
 
 outcome run_demo_command(const demo_options& options) {
-  if (options.name.empty()) {
+  if (!options.html_file.empty() && (!options.name.empty() || options.markdown || !options.svg_file.empty()))
+    throw error(error_code::usage_error, "--html writes every demo and the lab as one page: it takes no NAME, "
+                                         "--markdown or --svg (--partition FILE builds it on your partition)");
+  if (options.name.empty() && options.html_file.empty()) {
     if (!options.partition_file.empty() || !options.svg_file.empty())
       throw error(error_code::usage_error, "--partition and --svg need a demo: normcheck demo NAME ...");
     list_demos(options.markdown);
@@ -54,6 +60,13 @@ outcome run_demo_command(const demo_options& options) {
     from_file.update = std::move(file.update);
     from_file.origin = options.partition_file + (file.description.empty() ? "" : " (" + file.description + ")");
     input = std::move(from_file);
+  }
+  if (!options.html_file.empty()) {
+    const std::string page = teaching_page(input);
+    write_file_atomically(options.html_file, page);
+    std::cout << "Page written to " << options.html_file << " (" << page.size()
+              << " bytes): every demo and the lab, self-contained; open it in a browser, no network needed.\n";
+    return outcome::holds;
   }
   const demo_output output = run_demo(options.name, input, !options.svg_file.empty());
   if (output.figure) write_file_atomically(options.svg_file, *output.figure);
@@ -76,6 +89,8 @@ void add_demo_command(CLI::App& app, action& run) {
   demo->add_flag("--markdown", options->markdown, "Write Markdown for notes and slides instead of plain text");
   demo->add_option("--partition", options->partition_file, "Run the demo on this normcheck/1 partition file");
   demo->add_option("--svg", options->svg_file, "Also draw the demo's figure into this SVG file");
+  demo->add_option("--html", options->html_file,
+                   "Write every demo, its figures and the lab as one self-contained HTML page to this file");
   demo->callback([&run, options] { run = [options] { return run_demo_command(*options); }; });
 }
 
