@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 
 using normcheck::teaching_page;
@@ -157,4 +159,21 @@ TEST_CASE("a partition the demos reject is rejected by the page") {
   for (normcheck::rank_stats& rank : input.update.ranks) rank.microbatches = {normcheck::microbatch_stats{}};
   input.tokens.reset();
   CHECK_THROWS_AS(teaching_page(input), normcheck::error);
+}
+
+TEST_CASE("every id on the page is unique and every reference names one") {
+  const std::string& page = builtin_page();
+  std::set<std::string> ids;
+  const std::regex id_attribute(" id=\"([^\"]*)\"");
+  for (auto it = std::sregex_iterator(page.begin(), page.end(), id_attribute); it != std::sregex_iterator(); ++it)
+    CHECK_MESSAGE(ids.insert((*it)[1].str()).second, (std::string("id used twice: ") + (*it)[1].str()));
+  const std::regex reference("(aria-labelledby|aria-describedby|for|href)=\"#?([^\"]*)\"");
+  std::size_t references = 0;
+  for (auto it = std::sregex_iterator(page.begin(), page.end(), reference); it != std::sregex_iterator(); ++it) {
+    std::istringstream names((*it)[2].str());
+    for (std::string name; names >> name; ++references) CHECK_MESSAGE(ids.count(name) == 1, (std::string("no element ") + name));
+  }
+  CHECK(references > 20);
+  for (const char* control : {"lab-lr", "lab-x", "lab-predict", "lab-steps", "lab-command"})
+    CHECK(contains(page, "<label for=\"" + std::string(control) + "\">"));
 }
