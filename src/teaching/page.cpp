@@ -286,6 +286,11 @@ std::string lab_section() {
   return out;
 }
 
+// The figures' mistaken series, hatched wherever it is filled: a pattern and the rule that applies it.
+std::string hatch_rule() {
+  return "figure svg rect[fill=\"" + std::string(mistaken_series_color) + "\"] { fill: url(#hatch-mistaken); }\n";
+}
+
 std::string hatch_patterns() {
   const std::string color(mistaken_series_color);
   return "<svg class=\"patterns\" aria-hidden=\"true\" focusable=\"false\"><defs>"
@@ -348,7 +353,7 @@ std::string teaching_page(const std::optional<demo_input>& input) {
       "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
       "script-src 'unsafe-inline'\">\n"
       "<title>The token mean, derived: normcheck's teaching page</title>\n<style>" +
-      std::string(page_style) + "</style>\n</head>\n<body>\n<a class=\"skip\" href=\"#lab\">Skip to the lab</a>\n" +
+      std::string(page_style) + hatch_rule() + "</style>\n</head>\n<body>\n<a class=\"skip\" href=\"#lab\">Skip to the lab</a>\n" +
       hatch_patterns() +
       "<header>\n<h1>The token mean, derived</h1>\n"
       "<p>Why each rank of a data-parallel update backpropagates W·Sᵣ/N, what goes wrong otherwise, and a lab to "
