@@ -15,7 +15,7 @@ void append_u_escape(std::string& out, char32_t unit) {
   for (int shift = 12; shift >= 0; shift -= 4) out += hex_digits[(unit >> shift) & 0xF];
 }
 
-void append_escaped(std::string& out, std::string_view text) {
+void append_escaped(std::string& out, std::string_view text, json_context context) {
   out += '"';
   for (std::size_t i = 0; i < text.size();) {
     const utf8_step step = decode_utf8(text, i);
@@ -32,7 +32,8 @@ void append_escaped(std::string& out, std::string_view text) {
       out += "\\r";
     } else if (c == '\t') {
       out += "\\t";
-    } else if (is_control(c) || is_noncharacter(c)) {
+    } else if (is_control(c) || is_noncharacter(c) ||
+               (context == json_context::script_element && (c == '<' || c == '>' || c == '&'))) {
       if (c < 0x10000) {
         append_u_escape(out, c);
       } else {  // a supplementary non-character, as its surrogate pair
@@ -49,9 +50,9 @@ void append_escaped(std::string& out, std::string_view text) {
 
 }  // namespace
 
-std::string json_quote(std::string_view text) {
+std::string json_quote(std::string_view text, json_context context) {
   std::string out;
-  append_escaped(out, text);
+  append_escaped(out, text, context);
   return out;
 }
 
@@ -117,7 +118,7 @@ json_writer& json_writer::end_array() {
 json_writer& json_writer::key(std::string_view name) {
   assert(!levels_.empty() && !after_key_);
   before_value();
-  append_escaped(out_, name);
+  append_escaped(out_, name, context_);
   out_ += ": ";
   after_key_ = true;
   return *this;
@@ -125,7 +126,7 @@ json_writer& json_writer::key(std::string_view name) {
 
 json_writer& json_writer::string(std::string_view text) {
   before_value();
-  append_escaped(out_, text);
+  append_escaped(out_, text, context_);
   return *this;
 }
 

@@ -1,47 +1,10 @@
 #include "normcheck/teaching/html.hpp"
 
+#include "normcheck/io/markup.hpp"
+
 #include <variant>
 
 namespace normcheck {
-
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string script_json_string(std::string_view text) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (byte < 0x20 || c == '<' || c == '>' || c == '&') {
-          out += "\\u00";
-          out += hex[byte >> 4];
-          out += hex[byte & 0xF];
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 namespace {
 
@@ -53,28 +16,28 @@ std::string inline_html(std::string_view text) {
     const std::size_t open = text.find('`', i);
     const std::size_t close = open == std::string_view::npos ? open : text.find('`', open + 1);
     if (close == std::string_view::npos) {
-      out += html_escape(text.substr(i));
+      out += xml_escape(text.substr(i));
       break;
     }
-    out += html_escape(text.substr(i, open - i));
-    out += "<code>" + html_escape(text.substr(open + 1, close - open - 1)) + "</code>";
+    out += xml_escape(text.substr(i, open - i));
+    out += "<code>" + xml_escape(text.substr(open + 1, close - open - 1)) + "</code>";
     i = close + 1;
   }
   return out;
 }
 
 std::string scroll_region(std::string_view label, const std::string& inner) {
-  return "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-label=\"" + html_escape(label) + "\">" + inner +
+  return "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-label=\"" + xml_escape(label) + "\">" + inner +
          "</div>\n";
 }
 
 std::string table_html(const demo_table& table) {
   std::string out = "<table>\n<thead><tr>";
-  for (const std::string& cell : table.header) out += "<th scope=\"col\">" + html_escape(cell) + "</th>";
+  for (const std::string& cell : table.header) out += "<th scope=\"col\">" + xml_escape(cell) + "</th>";
   out += "</tr></thead>\n<tbody>\n";
   for (const std::vector<std::string>& row : table.rows) {
     out += "<tr>";
-    for (const std::string& cell : row) out += "<td>" + html_escape(cell) + "</td>";
+    for (const std::string& cell : row) out += "<td>" + xml_escape(cell) + "</td>";
     out += "</tr>\n";
   }
   return out + "</tbody>\n</table>";
@@ -82,22 +45,22 @@ std::string table_html(const demo_table& table) {
 
 std::string display_html(const demo_display& display) {
   std::string out = "<pre class=\"display\">";
-  for (std::size_t i = 0; i < display.lines.size(); ++i) out += (i ? "\n" : "") + html_escape(display.lines[i]);
+  for (std::size_t i = 0; i < display.lines.size(); ++i) out += (i ? "\n" : "") + xml_escape(display.lines[i]);
   return out + "</pre>";
 }
 
 }  // namespace
 
 std::string render_html(const demo_document& document, const html_document_options& options) {
-  const std::string id = html_escape(options.id);
+  const std::string id = xml_escape(options.id);
   std::string out = "<article id=\"" + id + "\" class=\"demo\" aria-labelledby=\"" + id + "-title\">\n";
-  out += "<h2 id=\"" + id + "-title\">" + html_escape(document.title) + "</h2>\n";
+  out += "<h2 id=\"" + id + "-title\">" + xml_escape(document.title) + "</h2>\n";
   out += options.lead_html;
   for (std::size_t s = 0; s < document.sections.size(); ++s) {
     const demo_section& section = document.sections[s];
     const std::string heading_id = id + "-" + std::to_string(s + 1);
     out += "<section aria-labelledby=\"" + heading_id + "\">\n<h3 id=\"" + heading_id + "\">" +
-           html_escape(section.heading) + "</h3>\n";
+           xml_escape(section.heading) + "</h3>\n";
     for (const demo_block& block : section.blocks) {
       if (const auto* p = std::get_if<demo_paragraph>(&block)) {
         out += "<p>" + inline_html(p->text) + "</p>\n";

@@ -1,7 +1,11 @@
 #include "normcheck/teaching/page.hpp"
 
+#include "demo_support.hpp"
+
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/rational.hpp"
+#include "normcheck/io/json_writer.hpp"
+#include "normcheck/io/markup.hpp"
 #include "normcheck/teaching/html.hpp"
 #include "normcheck/teaching/lab.hpp"
 
@@ -20,25 +24,11 @@ constexpr std::string_view page_script =
 #include "page_script.js.inc"
     ;
 
-// The colour demo.cpp draws the mistaken series in; the page's style sheet hatches what has it.
-constexpr std::string_view mistaken_series_color = "#c0392b";
-
-// ---- numbers as the demos show them ----
-
-std::string exact_text(const rational& value) { return shorten(to_string(value)); }
-
-std::string shown(const rational& value) {
-  if (boost::multiprecision::denominator(value) == 1) return exact_text(value);
-  return exact_text(value) + " (≈ " + approximate(value) + ")";
-}
+using demo_support::exact;
+using demo_support::mistaken_color;
+using demo_support::show;
 
 // ---- the lab's data for the script ----
-
-std::string json_array(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ",\n  " : "\n  ") + script_json_string(items[i]);
-  return out + "]";
-}
 
 // How the lab words the literal reader's failures: the text of each with a gap for the literal, and how
 // the reader cuts a long literal when it quotes it.
@@ -114,21 +104,21 @@ std::string inline_figure(std::string svg, std::string_view id, const std::strin
   if (svg.rfind("<svg ", 0) != 0 || title == std::string::npos || title_end == std::string::npos)
     throw std::logic_error("a figure is not an SVG document with a title");
   const std::string name(id);
-  svg.insert(title_end + 8, "\n  <desc id=\"" + name + "-desc\">" + html_escape(description) + "</desc>");
+  svg.insert(title_end + 8, "\n  <desc id=\"" + name + "-desc\">" + xml_escape(description) + "</desc>");
   svg.replace(title, title_open.size(), "<title id=\"" + name + "-title\">");
   svg.insert(4, " role=\"img\" aria-labelledby=\"" + name + "-title " + name + "-desc\"");
   // The caption repeats the description for sighted readers; the image's name already holds it.
   // In a narrow window the figure keeps a legible size and scrolls inside its frame.
   return "<figure id=\"" + name + "\" class=\"figure\">\n<div class=\"scroll\" role=\"region\" tabindex=\"0\" "
          "aria-label=\"Figure (scrolls sideways in a narrow window)\">\n" + svg + "</div>\n<figcaption aria-hidden=\"true\">" +
-         html_escape(description) + "</figcaption>\n</figure>\n";
+         xml_escape(description) + "</figcaption>\n</figure>\n";
 }
 
 std::string tokens_phrase(std::uint64_t count) {
   return count == 0 ? "no valid token" : std::to_string(count) + (count == 1 ? " valid token" : " valid tokens");
 }
 
-std::string optional_exact(const std::optional<rational>& value) { return value ? exact_text(*value) : "none"; }
+std::string optional_exact(const std::optional<rational>& value) { return value ? exact(*value) : std::string("none"); }
 
 std::string derivation_description(const derivation_facts& f) {
   std::string shares;
@@ -137,7 +127,7 @@ std::string derivation_description(const derivation_facts& f) {
     const rank_weight& w = f.weights[r];
     const std::string separator = r + 1 < f.weights.size() ? "; " : ".";
     shares += "rank " + std::to_string(r) + " (" + tokens_phrase(w.valid_tokens) + ") " +
-              optional_exact(w.rank_share_local_means) + " versus " + exact_text(w.rank_share_objective) + separator;
+              optional_exact(w.rank_share_local_means) + " versus " + exact(w.rank_share_objective) + separator;
     tokens += "rank " + std::to_string(r) + " " + optional_exact(w.token_weight_local_means) + " versus " +
               optional_exact(w.token_weight_objective) + separator;
   }
@@ -147,12 +137,12 @@ std::string derivation_description(const derivation_facts& f) {
 }
 
 std::string disguise_description(const disguise_facts& f) {
-  std::string out = "One panel per optimizer: x_t of run A (the gradient times k = " + exact_text(f.factor) +
+  std::string out = "One panel per optimizer: x_t of run A (the gradient times k = " + exact(f.factor) +
                     ", learning rate η) as a solid line with dots, and of run B (the correct gradient, learning "
                     "rate k·η) as a dashed line, from t = 0 to t = " + std::to_string(f.parameters.steps) + ".";
   for (const disguise_run& run : f.runs) {
     out += " " + run.feature + ": ";
-    out += run.parts ? "they part at step " + std::to_string(run.parts->step) + ", where A − B = " + shown(run.parts->gap) + "."
+    out += run.parts ? "they part at step " + std::to_string(run.parts->step) + ", where A − B = " + show(run.parts->gap) + "."
                      : "A and B agree at every step.";
   }
   return out;
@@ -162,12 +152,12 @@ std::string disguise_description(const disguise_facts& f) {
 
 std::string fact(std::string_view name, const std::optional<rational>& value) {
   if (!value) return "<span data-fact=\"" + std::string(name) + "\" data-undefined=\"\">undefined</span>";
-  return "<data data-fact=\"" + std::string(name) + "\" value=\"" + html_escape(to_string(*value)) + "\">" +
-         html_escape(shown(*value)) + "</data>";
+  return "<data data-fact=\"" + std::string(name) + "\" value=\"" + xml_escape(to_string(*value)) + "\">" +
+         xml_escape(show(*value)) + "</data>";
 }
 
 std::string glance_row(std::string_view what, const std::string& values) {
-  return "<tr><td>" + html_escape(what) + "</td><td>" + values + "</td></tr>\n";
+  return "<tr><td>" + xml_escape(what) + "</td><td>" + values + "</td></tr>\n";
 }
 
 std::string derivation_glance(const derivation_facts& f) {
@@ -207,7 +197,7 @@ std::string derivation_glance(const derivation_facts& f) {
                          fact("empty-compensated", f.empty_compensated) + ", " +
                          fact("empty-objective", f.empty_objective));
   const std::string rejection = f.all_empty_rejection ? std::string(code_name(*f.all_empty_rejection)) : "accepted";
-  rows += glance_row("No valid token on any rank", "<span data-fact=\"all-empty\">" + html_escape(rejection) +
+  rows += glance_row("No valid token on any rank", "<span data-fact=\"all-empty\">" + xml_escape(rejection) +
                                                        "</span>");
   return "<section class=\"glance\" aria-labelledby=\"derivation-glance\">\n"
          "<h3 id=\"derivation-glance\">The derivation's numbers at a glance</h3>\n"
@@ -248,13 +238,13 @@ std::string lab_row(std::string_view form, std::string_view input, std::string_v
 std::string lab_section() {
   const std::vector<std::string> banner = lab_banner();
   std::string help;
-  for (const std::string& line : lab_help()) help += (help.empty() ? "" : "\n") + html_escape(line);
+  for (const std::string& line : lab_help()) help += (help.empty() ? "" : "\n") + xml_escape(line);
   std::string out =
       "<section id=\"lab\" class=\"lab\" aria-labelledby=\"lab-title\">\n"
       "<h2 id=\"lab-title\">The optimization lab</h2>\n"
-      "<p>" + html_escape(banner.front()) + "</p>\n"
+      "<p>" + xml_escape(banner.front()) + "</p>\n"
       "<p class=\"lab-note\" id=\"lab-limits\"><strong>What this instrument lacks.</strong> " +
-      html_escape(lab_limits()) + "</p>\n"
+      xml_escape(lab_limits()) + "</p>\n"
       "<p>Set the step size and the start, predict the next iterate, then step: the lab says whether your "
       "prediction equals the exact iterate. Values are read exactly, as the command-line lab reads them: a "
       "decimal is the fraction it names, not the nearest binary float, and fractions <code>p/q</code> and "
@@ -278,7 +268,7 @@ std::string lab_section() {
       "<noscript><p class=\"lab-note\">The lab needs JavaScript; the rest of the page does not.</p></noscript>\n"
       "<h3 id=\"lab-lesson\">The lesson, as the command-line lab runs it</h3>\n"
       "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-labelledby=\"lab-lesson\">"
-      "<pre class=\"display transcript\">" + html_escape(lesson_transcript()) + "</pre></div>\n"
+      "<pre class=\"display transcript\">" + xml_escape(lesson_transcript()) + "</pre></div>\n"
       "<h3 id=\"lab-commands\">The lab's commands</h3>\n"
       "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-labelledby=\"lab-commands\">"
       "<pre class=\"display\">" + help + "</pre></div>\n"
@@ -288,11 +278,11 @@ std::string lab_section() {
 
 // The figures' mistaken series, hatched wherever it is filled: a pattern and the rule that applies it.
 std::string hatch_rule() {
-  return "figure svg rect[fill=\"" + std::string(mistaken_series_color) + "\"] { fill: url(#hatch-mistaken); }\n";
+  return "figure svg rect[fill=\"" + std::string(mistaken_color) + "\"] { fill: url(#hatch-mistaken); }\n";
 }
 
 std::string hatch_patterns() {
-  const std::string color(mistaken_series_color);
+  const std::string color(mistaken_color);
   return "<svg class=\"patterns\" aria-hidden=\"true\" focusable=\"false\"><defs>"
          "<pattern id=\"hatch-mistaken\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\" "
          "patternTransform=\"rotate(45)\"><rect width=\"8\" height=\"8\" fill=\"" + color + "\"/>"
@@ -304,21 +294,27 @@ std::string hatch_patterns() {
 std::string lab_page_data() {
   const literal_failure_texts literal = probe_literal_failures();
   const number_limits limits;
-  std::string out = "{\n\"banner\": " + json_array(lab_banner()) + ",\n\"limits\": " + script_json_string(lab_limits()) +
-                    ",\n\"help\": " + json_array(lab_help()) + ",\n\"max_steps\": " + std::to_string(lab_max_steps) +
-                    ",\n\"significant_digits\": " + std::to_string(lab_significant_digits) +
-                    ",\n\"literal\": {\"quote_limit\": " + std::to_string(literal.quote_limit) +
-                    ", \"ellipsis\": " + script_json_string(literal.ellipsis) +
-                    ", \"max_digits\": " + std::to_string(limits.max_digits) +
-                    ", \"max_exponent\": " + std::to_string(limits.max_exponent) + "},\n\"messages\": {";
-  bool first = true;
-  auto entry = [&](std::string_view name, std::string_view text) {
-    out += (first ? "\n  " : ",\n  ") + script_json_string(name) + ": " + script_json_string(text);
-    first = false;
-  };
-  for (const lab_message_text& message : lab_messages()) entry(message.name, message.text);
-  for (const auto& [kind, text] : literal.texts) entry("literal_" + kind, text);
-  return out + "\n}\n}";
+  std::string out;
+  json_writer json(out, json_context::script_element);
+  json.begin_object(json_layout::lines)
+      .member("banner", lab_banner())
+      .member("limits", lab_limits())
+      .member("help", lab_help())
+      .member("max_steps", lab_max_steps)
+      .member("significant_digits", std::uint64_t{lab_significant_digits})
+      .key("literal")
+      .begin_object()
+      .member("quote_limit", std::uint64_t{literal.quote_limit})
+      .member("ellipsis", literal.ellipsis)
+      .member("max_digits", std::uint64_t{limits.max_digits})
+      .member("max_exponent", static_cast<std::uint64_t>(limits.max_exponent))
+      .end_object()
+      .key("messages")
+      .begin_object(json_layout::lines);
+  for (const lab_message_text& message : lab_messages()) json.member(message.name, message.text);
+  for (const auto& [kind, text] : literal.texts) json.member("literal_" + kind, text);
+  json.end_object().end_object();
+  return out;
 }
 
 std::string teaching_page(const std::optional<demo_input>& input) {
@@ -341,8 +337,8 @@ std::string teaching_page(const std::optional<demo_input>& input) {
   std::string contents;
   for (const demo_info& info : demo_catalog())
     contents += "<li><a href=\"#" + std::string(info.name) + "\">" + std::string(info.name) + "</a>: " +
-                html_escape(info.summary) + "</li>\n";
-  contents += "<li><a href=\"#lab\">lab</a>: " + html_escape(lab_banner().front()) + "</li>\n";
+                xml_escape(info.summary) + "</li>\n";
+  contents += "<li><a href=\"#lab\">lab</a>: " + xml_escape(lab_banner().front()) + "</li>\n";
 
   const std::string computed_on =
       input ? "on " + input->origin : std::string("each demo on its built-in example");
@@ -358,7 +354,7 @@ std::string teaching_page(const std::optional<demo_input>& input) {
       "<header>\n<h1>The token mean, derived</h1>\n"
       "<p>Why each rank of a data-parallel update backpropagates W·Sᵣ/N, what goes wrong otherwise, and a lab to "
       "try a step size by hand. Every number on this page was computed exactly, in rational arithmetic, by "
-      "normcheck when the page was generated, " + html_escape(computed_on) +
+      "normcheck when the page was generated, " + xml_escape(computed_on) +
       ". The page needs no network: its style, figures and script are all in this one file.</p>\n"
       "<nav aria-label=\"Contents\">\n<ul>\n" + contents + "</ul>\n</nav>\n</header>\n<main>\n" +
       render_html(derivation_text, derivation_options) +

@@ -1,5 +1,6 @@
 // The teaching page: self-contained, every demo's text and numbers present, the lab's data complete.
 
+#include "normcheck/io/markup.hpp"
 #include "normcheck/teaching/page.hpp"
 
 #include "normcheck/core/errors.hpp"
@@ -33,20 +34,20 @@ const std::string& builtin_page() {
 
 // Every text of a document as the page shows it: escaped, paragraphs with their backtick spans as <code>.
 std::vector<std::string> shown_texts(const normcheck::demo_document& document) {
-  std::vector<std::string> texts{normcheck::html_escape(document.title)};
+  std::vector<std::string> texts{normcheck::xml_escape(document.title)};
   for (const normcheck::demo_section& section : document.sections) {
-    texts.push_back(normcheck::html_escape(section.heading));
+    texts.push_back(normcheck::xml_escape(section.heading));
     for (const normcheck::demo_block& block : section.blocks) {
       if (const auto* p = std::get_if<normcheck::demo_paragraph>(&block)) {
         const std::string html = normcheck::render_html({"", {{"", {*p}}}}, {"x", "", {}});
         const std::size_t open = html.find("<p>");
         texts.push_back(html.substr(open, html.find("</p>", open) + 4 - open));
       } else if (const auto* d = std::get_if<normcheck::demo_display>(&block)) {
-        for (const std::string& line : d->lines) texts.push_back(normcheck::html_escape(line));
+        for (const std::string& line : d->lines) texts.push_back(normcheck::xml_escape(line));
       } else if (const auto* t = std::get_if<normcheck::demo_table>(&block)) {
-        for (const std::string& cell : t->header) texts.push_back("<th scope=\"col\">" + normcheck::html_escape(cell) + "</th>");
+        for (const std::string& cell : t->header) texts.push_back("<th scope=\"col\">" + normcheck::xml_escape(cell) + "</th>");
         for (const auto& row : t->rows)
-          for (const std::string& cell : row) texts.push_back("<td>" + normcheck::html_escape(cell) + "</td>");
+          for (const std::string& cell : row) texts.push_back("<td>" + normcheck::xml_escape(cell) + "</td>");
       }
     }
   }

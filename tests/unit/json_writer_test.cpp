@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include <rapidcheck.h>
 
 #include <string>
 
@@ -114,4 +115,21 @@ TEST_CASE("an undefined exact value is null, a defined one its canonical string"
       .strings({"a", "b"})
       .end_array();
   CHECK(out == R"([null, "-3/2", [0, 2], ["a", "b"]])");
+}
+
+TEST_CASE("inside a script element, a JSON string cannot close the element and parses back") {
+  CHECK(json_quote("</script><!-- & \"q\" \\ \n\t\x01", normcheck::json_context::script_element) ==
+        "\"\\u003c/script\\u003e\\u003c!-- \\u0026 \\\"q\\\" \\\\ \\n\\t\\u0001\"");
+  CHECK(rc::check("no <, > or &, and the same text back", [] {
+    const auto code_points = *rc::gen::container<std::vector<char32_t>>(rc::gen::oneOf(
+        rc::gen::inRange<char32_t>(0, 0x80), rc::gen::inRange<char32_t>(0x80, 0xD800),
+        rc::gen::inRange<char32_t>(0xE000, 0x110000)));
+    std::string text;
+    for (char32_t c : code_points) normcheck::append_utf8(text, c);
+    const std::string quoted = json_quote(text, normcheck::json_context::script_element);
+    RC_ASSERT(quoted.find_first_of("<>&") == std::string::npos);
+    const nlohmann::json parsed = nlohmann::json::parse(quoted, nullptr, false);
+    RC_ASSERT(!parsed.is_discarded());
+    RC_ASSERT(parsed.get<std::string>() == text);
+  }));
 }

@@ -18,6 +18,12 @@
 
 namespace normcheck {
 
+/// Where the JSON will stand, which decides what else its strings escape.
+enum class json_context {
+  document,        ///< a file or a stream of its own
+  script_element,  ///< inside an HTML <script> element: <, > and & are escaped too, so it cannot close early
+};
+
 /// How a container places its elements.
 enum class json_layout {
   inline_,  ///< `{"a": 1, "b": [2, 3]}` on one line
@@ -28,8 +34,8 @@ enum class json_layout {
 /// a key, an unclosed container) is a programming error and asserts.
 class json_writer {
 public:
-  /// Writes into `out`, appending.
-  explicit json_writer(std::string& out) : out_(out) {}
+  /// Writes into `out`, appending, for `context`.
+  explicit json_writer(std::string& out, json_context context = json_context::document) : out_(out), context_(context) {}
 
   /// Opens an object.
   json_writer& begin_object(json_layout layout = json_layout::inline_);
@@ -91,11 +97,12 @@ private:
   void newline(std::size_t depth);
 
   std::string& out_;
+  json_context context_;
   std::vector<level> levels_;
   bool after_key_ = false;
 };
 
 /// `text` as a JSON string literal, quotes included (the writer's escaping).
-std::string json_quote(std::string_view text);
+std::string json_quote(std::string_view text, json_context context = json_context::document);
 
 }  // namespace normcheck

@@ -1,7 +1,6 @@
 #pragma once
 /// \file teaching/html.hpp
-/// HTML for the teaching page: escaping, a demo document as an HTML fragment, and JSON strings that are
-/// safe inside an inline script element.
+/// HTML for the teaching page: a demo document as an HTML fragment, every text escaped by io/markup.
 
 #include "normcheck/teaching/demo.hpp"
 
@@ -11,13 +10,6 @@
 #include <vector>
 
 namespace normcheck {
-
-/// `text` with &, <, >, " and ' escaped, for HTML text and quoted attribute values alike.
-std::string html_escape(std::string_view text);
-
-/// `text` as a JSON string literal that may sit inside an HTML <script> element: besides JSON's own
-/// escapes, <, > and & are written \u003c, \u003e and \u0026, so the element cannot be closed early.
-std::string script_json_string(std::string_view text);
 
 /// HTML placed after one section of a document, such as a figure.
 struct html_insert {
