@@ -17,6 +17,9 @@ std::string value_text(const std::optional<rational>& value) {
   return value ? to_string(*value) : std::string("undefined");
 }
 
+constexpr std::string_view no_gate_result =
+    "no observed result to judge: --require-gate wants every file to carry what training code produced";
+
 std::size_t index_of(strategy s) {
   return static_cast<std::size_t>(std::find(all_strategies.begin(), all_strategies.end(), s) - all_strategies.begin());
 }
@@ -47,6 +50,8 @@ file_report check_partition(std::string_view text, std::string source, const che
     report.expectations.push_back(std::move(result));
   }
   for (const std::shared_ptr<section>& part : document.sections) part->judge(document, report.gradients, report.failures);
+  if (options.require_gate && !document.find_section<gate_section>()->present())
+    report.failures.emplace_back(no_gate_result);
   report.status = report.failures.empty() ? file_status::pass : file_status::fail;
   return report;
 }
@@ -104,7 +109,14 @@ void judge_rejection(file_report& report, const error& e, std::string_view text,
 
 file_report check_text(std::string_view text, std::string source, const check_options& options) {
   const document_kind kind = identify(text, options.limits);
-  if (kind == document_kind::scenario) return check_scenario(text, std::move(source), options);
+  if (kind == document_kind::scenario) {
+    file_report report = check_scenario(text, std::move(source), options);
+    if (options.require_gate && !report.rejection) {
+      report.failures.emplace_back(no_gate_result);
+      report.status = file_status::fail;
+    }
+    return report;
+  }
   if (kind == document_kind::trace) {
     file_report report;
     report.file = source;

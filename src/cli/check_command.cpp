@@ -24,9 +24,13 @@ struct check_command_options {
 };
 
 outcome run_check(const check_command_options& options) {
-  std::vector<std::filesystem::path> inputs(options.paths.begin(), options.paths.end());
+  const std::vector<std::filesystem::path> inputs =
+      collect_inputs(std::vector<std::filesystem::path>(options.paths.begin(), options.paths.end()));
+  // A gate that checked nothing must not pass.
+  if (inputs.empty())
+    throw error(error_code::usage_error, "nothing to check: the directories given hold no *.json file");
   std::vector<file_report> reports;
-  for (const std::filesystem::path& input : collect_inputs(inputs)) {
+  for (const std::filesystem::path& input : inputs) {
     reports.push_back(check_path(input, options.checking));
     if (!options.json) print_text(std::cout, reports.back());
   }
@@ -49,6 +53,8 @@ void add_check_command(CLI::App& app, action& run) {
   check->add_option("paths", options->paths, "Partition files or directories")->required();
   check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
   check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)");
+  check->add_flag("--require-gate", options->checking.require_gate,
+                  "Fail every file that carries no observed result for the gate (a CI gate that judges nothing fails)");
   add_reader_limits(*check, options->checking.limits);
   check->add_option("--output", options->output,
                     "Also write the --json report to this file (a temporary file renamed into place: never half-written)");

@@ -74,6 +74,13 @@ partition to_partition(const token_partition& tokens) {
 }
 
 std::string write_document(const token_partition& tokens, const document_options& options) {
+  std::string out;
+  json_writer json(out);
+  write_document(json, tokens, options);
+  return out + "\n";
+}
+
+void write_document(json_writer& json, const token_partition& tokens, const document_options& options) {
   if (tokens.ranks.empty()) refuse(error_code::schema_error, "an update has at least one rank");
   for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
     if (tokens.ranks[r].empty())
@@ -84,8 +91,6 @@ std::string write_document(const token_partition& tokens, const document_options
     refuse(error_code::schema_error, "expect_error " + std::string(code_name(*options.expect_error)) +
                                          " is not an error a document can produce");
 
-  std::string out;
-  json_writer json(out);
   json.begin_object(json_layout::lines).member("format", format_name);
   if (!options.description.empty()) json.member("description", options.description);
   // expect_error precedes the ranks: a reader finds it among the members before any syntax error.
@@ -112,7 +117,6 @@ std::string write_document(const token_partition& tokens, const document_options
     write_expect(json, options.expect);
   }
   json.end_object();
-  return out + "\n";
 }
 
 }  // namespace normcheck

@@ -14,12 +14,11 @@ constexpr name_table verdict_names{std::array<std::pair<gate_verdict, std::strin
     {gate_verdict::inconclusive, "inconclusive"},
 }}};
 
-// K: the most roundings any one term can meet on its way to the synchronized gradient:
-// the target's conversion to the dtype and θ − y (2), the microbatch sum (n − 1 additions), the
-// scale (up to two operations, as in W/(N·G)) and its multiplication (3), accumulation over G
-// microbatches (G − 1 additions), the all-reduce (W − 1 additions) and the reducer's division (1).
-// Weighted tokens add the weight's conversion and the product w·(θ − y) (2 more).
-std::uint64_t rounding_depth(const partition& update) {
+// The roundings a term meets on its own rank, before the all-reduce: the target's conversion to the dtype
+// and θ − y (2), the microbatch sum (n − 1 additions), the scale (up to two operations, as in W/(N·G))
+// and its multiplication (3), accumulation over G microbatches (G − 1 additions). Weighted tokens add the
+// weight's conversion and the product w·(θ − y) (2 more).
+std::uint64_t local_roundings(const partition& update) {
   std::uint64_t longest_microbatch = 0;
   std::uint64_t most_microbatches = 0;
   for (const rank_stats& rank : update.ranks) {
@@ -28,8 +27,12 @@ std::uint64_t rounding_depth(const partition& update) {
       longest_microbatch = std::max(longest_microbatch, m.valid_tokens);
   }
   const std::uint64_t weighting = update.objective == objective_kind::weighted_token_mean ? 2 : 0;
-  return longest_microbatch + most_microbatches + update.world_size() + 3 + weighting;
+  return longest_microbatch + most_microbatches + 3 + weighting;
 }
+
+// K: the most roundings any one term can meet on its way to the synchronized gradient: the local ones and
+// the all-reduce's (W − 1 additions and the reducer's division).
+std::uint64_t rounding_depth(const partition& update) { return local_roundings(update) + update.world_size(); }
 
 // γ_K = K·u / (1 − K·u), the classic bound on K rounding factors (1 + δ) with |δ| ≤ u.
 std::optional<rational> gamma(std::uint64_t k, dtype type) {
@@ -37,6 +40,19 @@ std::optional<rational> gamma(std::uint64_t k, dtype type) {
   if (ku >= 1) return std::nullopt;
   rational g = ku / (1 - ku);
   return g;
+}
+
+// The relative error bound of a term's whole path. Reduced in the dtype itself it is γ_K. Reduced in
+// another arithmetic (a compressing communication hook), the local roundings are at u and the all-reduce's
+// W, with the conversion into the reduction's type and back (2 more), at its u_r: a product of factors
+// within γ_a and γ_b of 1 is within γ_a + γ_b + γ_a·γ_b of 1.
+std::optional<rational> error_factor(const partition& update, dtype type, std::optional<dtype> reduction_type) {
+  if (!reduction_type || *reduction_type == type) return gamma(rounding_depth(update), type);
+  const std::optional<rational> local = gamma(local_roundings(update), type);
+  const std::optional<rational> reduction = gamma(update.world_size() + 2, *reduction_type);
+  if (!local || !reduction) return std::nullopt;
+  rational combined = *local + *reduction + *local * *reduction;
+  return combined;
 }
 
 // An upper bound on Σw·|θ − y| over a microbatch's valid tokens: m·|θ| + Σw·|y| (w = 1 without weights).
@@ -77,9 +93,10 @@ std::optional<rational> scale_of(const partition& update, strategy s, const rati
   return std::nullopt;
 }
 
-// γ_K times the sum of every term's magnitude along the strategy's computation.
-std::optional<rational> strategy_bound(const partition& update, strategy s, dtype type) {
-  const std::optional<rational> g = gamma(rounding_depth(update), type);
+// The error factor times the sum of every term's magnitude along the strategy's computation.
+std::optional<rational> strategy_bound(const partition& update, strategy s, dtype type,
+                                       std::optional<dtype> reduction_type) {
+  const std::optional<rational> g = error_factor(update, type, reduction_type);
   if (!g) return std::nullopt;
   const rational mass = update.mass();
   rational total;
@@ -187,6 +204,17 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
                          " was multiplied instead of divided"});
   factors.push_back({"objective/" + n, 1 / total_mass, "the objective's gradient divided by " + n,
                      std::string(weighted ? "the weight mass" : "the token count") + " was divided out twice"});
+  std::uint64_t padding = 0;
+  for (const rank_stats& rank : update.ranks) padding += rank.padding();
+  if (!weighted && padding > 0) {
+    const std::uint64_t positions = update.valid_tokens() + padding;
+    factors.push_back({"count_padding", rational(update.valid_tokens()) / rational(positions),
+                       "the loss sum divided by the " + std::to_string(positions) +
+                           " positions of the update, padding included, instead of its N = " +
+                           std::to_string(update.valid_tokens()) + " valid tokens",
+                       "the " + std::to_string(padding) + " padding positions (null in the file: padding, ignored "
+                           "labels) hold no token, so they must not count: the gradient is scaled by N/(N + P)"});
+  }
   if (weighted)
     factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()),
                        "the weighted loss sum divided by the valid-token count N instead of the weight mass M",
@@ -196,13 +224,51 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
   return factors;
 }
 
-bool fits(const rational& observed, const explanation& e, const std::optional<tolerance>& explicit_tolerance) {
-  rational distance = abs(observed - e.value);
+// Whether a candidate accounts for the observed value: within its bound when both are numbers, the same
+// NaN or infinity otherwise.
+bool fits(const observed_value& observed, const explanation& e, const std::optional<tolerance>& explicit_tolerance) {
+  const rational* number = std::get_if<rational>(&observed);
+  const rational* candidate = std::get_if<rational>(&e.value);
+  if (!number || !candidate) return observed == e.value;
+  rational distance = abs(*number - *candidate);
   if (explicit_tolerance) {
-    rational allowed = explicit_tolerance->absolute + explicit_tolerance->relative * abs(e.value);
+    rational allowed = explicit_tolerance->absolute + explicit_tolerance->relative * abs(*candidate);
     return distance <= allowed;
   }
   return e.bound && distance <= *e.bound;
+}
+
+// The microbatches and ranks a mean would divide by zero in: "rank 1, microbatch 0", "rank 2 (all of it)".
+std::vector<std::string> empty_places(const partition& update) {
+  std::vector<std::string> places;
+  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+    const rank_stats& rank = update.ranks[r];
+    if (rank.mass() == 0) {
+      places.push_back("rank " + std::to_string(r) + (rank.microbatches.size() > 1 ? " (every microbatch)" : ""));
+      continue;
+    }
+    for (std::size_t m = 0; m < rank.microbatches.size(); ++m)
+      if (rank.microbatches[m].mass() == 0)
+        places.push_back("rank " + std::to_string(r) + ", microbatch " + std::to_string(m));
+  }
+  return places;
+}
+
+// A mean taken over nothing: 0/0, NaN in floating point, which the all-reduce hands to every rank.
+std::optional<explanation> mean_of_empty(const partition& update, const std::string& instead) {
+  const std::vector<std::string> places = empty_places(update);
+  if (places.empty()) return std::nullopt;
+  std::string where;
+  for (std::size_t i = 0; i < places.size() && i < 4; ++i) where += (i ? "; " : "") + places[i];
+  if (places.size() > 4) where += "; and " + std::to_string(places.size() - 4) + " more";
+  const bool weighted = update.objective == objective_kind::weighted_token_mean;
+  return explanation{"mean_of_empty", non_finite::nan, std::nullopt,
+                     "a mean (reduction='mean' or a division by a local count) over a part of the update without " +
+                         std::string(weighted ? "weight" : "valid tokens") + ": " + where +
+                         "; 0/0 is NaN, and the all-reduce hands it to every rank",
+                     "a mean needs at least one valid token; the objective divides the whole update's loss sum by " +
+                         std::string(weighted ? "M" : "N") + ", which is not 0, so a part without tokens simply adds 0",
+                     instead};
 }
 
 std::string positions(std::uint64_t count) {
@@ -235,14 +301,61 @@ gate_check check_replicas(const observed_result& observed, std::uint64_t world_s
   return check;
 }
 
+// What a rank's reported divisor is instead of the update's N (or M), when it is a count the code could
+// have taken by mistake.
+std::string divisor_mistake(const partition& update, std::size_t r, std::size_t m, const rational& divisor) {
+  const bool weighted = update.objective == objective_kind::weighted_token_mean;
+  const rank_stats& rank = update.ranks[r];
+  const microbatch_stats& microbatch = rank.microbatches[m];
+  std::uint64_t padding = 0;
+  for (const rank_stats& each : update.ranks) padding += each.padding();
+  const std::string n = weighted ? "mᵣ" : "nᵣ";
+  if (divisor == rank.mass() && update.world_size() > 1)
+    return "it is the rank's own " + std::string(weighted ? "weight mass" : "count") + " " + n + " = " +
+           to_string(rank.mass()) + ": counted right, but divided by its own " +
+           (weighted ? "mass" : "count") + ", so every rank weighs the same whatever its " +
+           (weighted ? "mass (local_mean)" : "count (local_mean)");
+  if (divisor == microbatch.mass() && rank.microbatches.size() > 1)
+    return "it is the microbatch's own " + std::string(weighted ? "mass" : "count") + " " + to_string(microbatch.mass()) +
+           ": every microbatch then weighs the same whatever its count (microbatch_mean)";
+  if (!weighted && padding > 0 && divisor == rational(update.valid_tokens() + padding))
+    return "it counts the " + std::to_string(padding) + " padding positions of the update (count_padding)";
+  if (!weighted && rank.padding() > 0 && divisor == rational(rank.valid_tokens() + rank.padding()))
+    return "it is the rank's own positions, padding included";
+  if (weighted && divisor == rational(update.valid_tokens()))
+    return "it is the valid-token count N, not the weight mass (count_denominator)";
+  return "";
+}
+
+// `tokens.divided_by`: each rank's divisor must be the update's N (M under the weighted objective).
+void check_divisors(const partition& update, const observed_result& observed, std::vector<std::string>& problems) {
+  const bool weighted = update.objective == objective_kind::weighted_token_mean;
+  const rational expected = update.mass();
+  for (std::size_t r = 0; r < observed.divided_by.size(); ++r) {
+    const std::vector<rational>& divisors = observed.divided_by[r];
+    for (std::size_t m = 0; m < update.ranks[r].microbatches.size(); ++m) {
+      const rational& divisor = divisors.size() == 1 ? divisors.front() : divisors[m];
+      if (divisor == expected) continue;
+      std::string problem = "rank " + std::to_string(r) +
+                            (divisors.size() == 1 ? "" : ", microbatch " + std::to_string(m)) + " divided by " +
+                            to_string(divisor) + ", not by the update's " + (weighted ? "M = " : "N = ") +
+                            to_string(expected);
+      const std::string mistake = divisor_mistake(update, r, m, divisor);
+      problems.push_back(mistake.empty() ? problem : problem + ": " + mistake);
+      if (divisors.size() == 1) break;
+    }
+  }
+}
+
 gate_check check_denominators(const partition& update, const observed_result& observed) {
   gate_check check{"denominator", true, ""};
   const bool masses = observed.global_mass || !observed.rank_masses.empty();
-  if (!observed.global_tokens && observed.rank_tokens.empty() && !masses) {
-    check.detail = "no token counts or weight masses reported: denominators not checked";
+  if (!observed.global_tokens && observed.rank_tokens.empty() && !masses && observed.divided_by.empty()) {
+    check.detail = "no token counts, weight masses or divisors reported: denominators not checked";
     return check;
   }
   std::vector<std::string> problems;
+  check_divisors(update, observed, problems);
   if (observed.global_mass && *observed.global_mass != update.mass()) {
     std::string problem = "the global mass is " + to_string(*observed.global_mass) + " but the update's weights sum to M = " +
                           to_string(update.mass());
@@ -295,8 +408,12 @@ gate_check check_denominators(const partition& update, const observed_result& ob
     problems.push_back(problem);
   }
   if (problems.empty()) {
-    check.detail = masses ? "the reported token counts and weight masses match the file"
-                          : "the reported token counts match the file";
+    check.detail = std::string(masses ? "the reported token counts and weight masses match the file"
+                                      : "the reported token counts match the file") +
+                   (observed.divided_by.empty()
+                        ? ""
+                        : ", and every rank divided by the update's " +
+                              std::string(update.objective == objective_kind::weighted_token_mean ? "M" : "N"));
     return check;
   }
   check.passed = false;
@@ -312,11 +429,11 @@ std::optional<gate_verdict> verdict_from_name(std::string_view name) noexcept { 
 
 std::string verdict_alternatives() { return verdict_names.alternatives(); }
 
-std::optional<rational> objective_bound(const partition& update, dtype type) {
-  return strategy_bound(update, strategy::global_mean, type);
+std::optional<rational> objective_bound(const partition& update, dtype type, std::optional<dtype> reduction_type) {
+  return strategy_bound(update, strategy::global_mean, type, reduction_type);
 }
 
-std::vector<explanation> known_mistakes(const partition& update, dtype type) {
+std::vector<explanation> known_mistakes(const partition& update, dtype type, std::optional<dtype> reduction_type) {
   std::vector<explanation> candidates;
   const strategy correct = update.reducer == reducer_kind::mean ? strategy::scaled_sum : strategy::global_share;
   const std::string instead = correct_instead(update.reducer, update.objective);
@@ -329,23 +446,25 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type) {
     const std::optional<rational> value = gradient(update, s);
     if (!value) continue;
     mistake_text text = describe_strategy(s, update.reducer, update.objective);
-    candidates.push_back({std::string(strategy_name(s)), *value, strategy_bound(update, s, type),
+    candidates.push_back({std::string(strategy_name(s)), *value, strategy_bound(update, s, type, reduction_type),
                           std::move(text.computed), std::move(text.why_wrong), instead});
   }
   const rational objective = *gradient(update, strategy::global_mean);
-  const std::optional<rational> bound = objective_bound(update, type);
+  const std::optional<rational> bound = objective_bound(update, type, reduction_type);
   for (factor_mistake& f : factor_mistakes(update)) {
     rational value = objective * f.factor;
     std::optional<rational> scaled_bound;
     if (bound) scaled_bound = *bound * f.factor;
     candidates.push_back({std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead});
   }
+  if (std::optional<explanation> empty = mean_of_empty(update, instead)) candidates.push_back(std::move(*empty));
   return candidates;
 }
 
 gate_result run_gate(const partition& update, const observed_result& observed) {
   gate_result result;
   result.type = observed.type;
+  if (observed.reduction_type && *observed.reduction_type != observed.type) result.reduction_type = observed.reduction_type;
   result.observed = observed.per_rank.front();
   result.objective = *gradient(update, strategy::global_mean);
   result.rounding_depth = rounding_depth(update);
@@ -354,19 +473,23 @@ gate_result run_gate(const partition& update, const observed_result& observed) {
     rational allowed = observed.explicit_tolerance->absolute + observed.explicit_tolerance->relative * abs(result.objective);
     result.bound = allowed;
   } else {
-    result.bound = objective_bound(update, observed.type);
+    result.bound = objective_bound(update, observed.type, result.reduction_type);
   }
 
   result.checks.push_back(check_replicas(observed, update.world_size()));
   result.checks.push_back(check_denominators(update, observed));
 
-  const rational distance = abs(result.observed - result.objective);
+  const rational* number = std::get_if<rational>(&result.observed);
   gate_check objective{"objective", false, ""};
-  if (!result.bound) {
+  if (!number) {
+    objective.detail = "the observed gradient is " + to_string(result.observed) +
+                       ", not a number: no rounding of the objective's computation gives it";
+  } else if (!result.bound) {
     objective.detail = "the " + std::string(dtype_name(observed.type)) + " unit roundoff times K = " +
                        std::to_string(result.rounding_depth) +
                        " roundings reaches 1: this dtype cannot resolve the computation on this partition";
   } else {
+    const rational distance = abs(*number - result.objective);
     objective.passed = distance <= *result.bound;
     objective.detail = "|observed − objective| = " + to_string(distance) + (objective.passed ? " ≤ " : " > ") +
                        "bound " + to_string(*result.bound);
@@ -374,10 +497,13 @@ gate_result run_gate(const partition& update, const observed_result& observed) {
   result.checks.push_back(objective);
 
   std::vector<explanation> fitting;
-  for (explanation& candidate : known_mistakes(update, observed.type))
+  for (explanation& candidate : known_mistakes(update, observed.type, result.reduction_type))
     if (fits(result.observed, candidate, observed.explicit_tolerance)) fitting.push_back(std::move(candidate));
 
-  if (!result.bound) {
+  if (!number) {
+    result.diagnosis = std::move(fitting);
+    result.verdict = gate_verdict::fail;
+  } else if (!result.bound) {
     result.verdict = gate_verdict::inconclusive;
     result.could_hide = std::move(fitting);
   } else if (objective.passed) {
@@ -386,7 +512,7 @@ gate_result run_gate(const partition& update, const observed_result& observed) {
   } else {
     result.diagnosis = std::move(fitting);
     if (result.diagnosis.empty() && result.objective != 0) {
-      rational ratio = result.observed / result.objective;
+      rational ratio = *number / result.objective;
       result.ratio = ratio;
     }
     result.verdict = gate_verdict::fail;

@@ -10,12 +10,30 @@ namespace normcheck {
 
 namespace {
 
+// A value for a screen: exact and approximated, or NaN or an infinity as it is.
+std::string shown(const observed_value& value) {
+  if (const rational* number = std::get_if<rational>(&value)) return on_screen(*number) + " (≈ " + approximate(*number) + ")";
+  return to_string(value);
+}
+
 void print_explanations(std::ostream& out, std::string_view heading, const std::vector<explanation>& list) {
   for (const explanation& e : list) {
-    out << "        " << heading << " " << e.name << " = " << on_screen(e.value) << " (≈ " << approximate(e.value)
-        << ")\n          what was computed: " << e.computed << "\n          why it is wrong: " << e.why_wrong
-        << "\n          instead: " << e.instead << "\n";
+    out << "        " << heading << " " << e.name << " = " << shown(e.value) << "\n          what was computed: "
+        << e.computed << "\n          why it is wrong: " << e.why_wrong << "\n          instead: " << e.instead << "\n";
   }
+}
+
+// An exact number or one of the non-finite values a float dump can hold ("nan", "inf", "-inf").
+observed_value read_observed_value(field_reader& in, std::string_view what) {
+  if (in.peek() == json_kind::string) {
+    const std::uint64_t offset = in.value_offset();
+    field_reader probe = in.at(offset);
+    if (const std::optional<non_finite> special = non_finite_from_name(probe.string_value())) {
+      in.skip_value();
+      return *special;
+    }
+  }
+  return in.exact(what);
 }
 
 void write_explanations(json_writer& json, const std::vector<explanation>& list) {
@@ -23,7 +41,7 @@ void write_explanations(json_writer& json, const std::vector<explanation>& list)
   for (const explanation& e : list)
     json.begin_object()
         .member("name", e.name)
-        .member("value", e.value)
+        .member("value", to_string(e.value))
         .member("bound", e.bound)
         .member("computed", e.computed)
         .member("why_wrong", e.why_wrong)
@@ -61,18 +79,20 @@ void gate_section::read_observed(field_reader& in) {
   while (in.next_member(key)) {
     if (key == "gradient") {
       saw_gradient = true;
-      observed.per_rank.push_back(in.exact("observed.gradient"));
+      observed.per_rank.push_back(read_observed_value(in, "observed.gradient"));
     } else if (key == "per_rank") {
       observed.from_per_rank = true;
       const std::uint64_t list_offset = in.value_offset();
       if (in.peek() != json_kind::array) in.fail_type("observed.per_rank", "an array of exact numbers, one per rank");
       in.begin_array();
-      while (in.next_element()) observed.per_rank.push_back(in.exact("each per_rank value"));
+      while (in.next_element()) observed.per_rank.push_back(read_observed_value(in, "each per_rank value"));
       if (observed.per_rank.empty())
         in.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
     } else if (key == "dtype") {
       observed.type = in.named("dtype", dtype_from_name, dtype_alternatives());
       saw_dtype = true;
+    } else if (key == "reduction_dtype") {
+      observed.reduction_type = in.named("reduction_dtype", dtype_from_name, dtype_alternatives());
     } else if (key == "tokens") {
       read_tokens(in, observed);
     } else if (key == "mass") {
@@ -80,7 +100,7 @@ void gate_section::read_observed(field_reader& in) {
     } else if (key == "tolerance") {
       read_tolerance(in, observed);
     } else {
-      in.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, tokens, mass, tolerance)");
+      in.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, reduction_dtype, tokens, mass, tolerance)");
     }
   }
   if (saw_gradient == observed.from_per_rank)
@@ -106,8 +126,22 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
       if (in.peek() != json_kind::array) in.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
       in.begin_array();
       while (in.next_element()) observed.rank_tokens.push_back(in.integer("each per-rank count", 0, most));
+    } else if (key == "divided_by") {
+      if (in.peek() != json_kind::array)
+        in.fail_type("observed.tokens.divided_by", "an array with one divisor per rank (a number, or one per microbatch)");
+      divided_by_offset_ = in.value_offset();
+      in.begin_array();
+      while (in.next_element()) {
+        std::vector<rational>& divisors = observed.divided_by.emplace_back();
+        if (in.peek() != json_kind::array) {
+          divisors.push_back(in.non_negative("each rank's divisor"));
+          continue;
+        }
+        in.begin_array();
+        while (in.next_element()) divisors.push_back(in.non_negative("each microbatch's divisor"));
+      }
     } else {
-      in.fail_unknown_key(key, "in observed.tokens (it has global and per_rank)");
+      in.fail_unknown_key(key, "in observed.tokens (it has global, per_rank and divided_by)");
     }
   }
 }
@@ -184,6 +218,21 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
     in.fail(error_code::schema_error, "observed.mass is a weight mass, which only the weighted_token_mean objective has",
             observed_offset_);
   one_per_rank(observed.rank_tokens.size(), "observed.tokens.per_rank", "counts");
+  if (!observed.divided_by.empty() && observed.divided_by.size() != ranks)
+    in.fail(error_code::schema_error,
+            "observed.tokens.divided_by has " + std::to_string(observed.divided_by.size()) + " divisors for " +
+                std::to_string(ranks) + " ranks: give one per rank",
+            divided_by_offset_);
+  for (std::size_t r = 0; r < observed.divided_by.size(); ++r) {
+    const std::size_t given = observed.divided_by[r].size();
+    const std::size_t microbatches = document.update.ranks[r].microbatches.size();
+    if (given != 1 && given != microbatches)
+      in.fail(error_code::schema_error,
+              "observed.tokens.divided_by gives rank " + std::to_string(r) + " " + std::to_string(given) +
+                  " divisors for its " + std::to_string(microbatches) +
+                  " microbatches: give one number, or one per microbatch",
+              divided_by_offset_);
+  }
 }
 
 void gate_section::judge(const partition_file& document, const gradient_set&, std::vector<std::string>& failures) {
@@ -210,9 +259,9 @@ void gate_section::judge(const partition_file& document, const gradient_set&, st
 void gate_section::print_text(std::ostream& out, const partition_file&, const gradient_set&) const {
   if (!result_) return;
   const gate_result& gate = *result_;
-  out << "      gate (" << dtype_name(gate.type) << "): observed " << on_screen(gate.observed) << " (≈ "
-      << approximate(gate.observed) << "), objective " << on_screen(gate.objective) << " (≈ "
-      << approximate(gate.objective) << ")\n";
+  out << "      gate (" << dtype_name(gate.type)
+      << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
+      << "): observed " << shown(gate.observed) << ", objective " << shown(gate.objective) << "\n";
   out << "        bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
       << (gate.bound_is_explicit ? ", from the file's tolerance"
                                  : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
@@ -236,7 +285,8 @@ void gate_section::write_json(json_writer& json, const partition_file&, const gr
       .begin_object()
       .member("verdict", verdict_name(gate.verdict))
       .member("dtype", dtype_name(gate.type))
-      .member("observed", gate.observed)
+      .member("reduction_dtype", dtype_name(gate.reduction_type.value_or(gate.type)))
+      .member("observed", to_string(gate.observed))
       .member("objective", gate.objective)
       .member("bound", gate.bound)
       .member("bound_is_explicit", gate.bound_is_explicit)

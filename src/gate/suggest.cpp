@@ -4,6 +4,10 @@
 
 #include "core/deterministic_random.hpp"
 
+#include "normcheck/core/errors.hpp"
+#include "normcheck/documents/field_reader.hpp"
+
+#include <algorithm>
 #include <array>
 
 namespace normcheck {
@@ -16,7 +20,65 @@ struct named_value {
   std::optional<rational> bound;
 };
 
-// The smallest |vᵢ − vⱼ| / max(bᵢ, bⱼ) over the pairs the gate must tell apart.
+// The candidates a suggestion separates: the objective, every known mistake with a value, and which of them
+// are wrong strategies (compared with each other too).
+struct candidate_set {
+  named_value objective;
+  std::vector<named_value> mistakes;
+  std::vector<bool> is_strategy;
+};
+
+candidate_set candidates_of(const partition& update, dtype type) {
+  candidate_set set{{"the objective", *gradient(update, strategy::global_mean), objective_bound(update, type)}, {}, {}};
+  for (const explanation& e : known_mistakes(update, type)) {
+    const rational* value = std::get_if<rational>(&e.value);
+    if (!value) continue;  // a mean over nothing is NaN, not a value to separate
+    set.mistakes.push_back({e.name, *value, e.bound});
+    set.is_strategy.push_back(strategy_from_name(e.name).has_value());
+  }
+  return set;
+}
+
+// |a − b| / max(bound_a, bound_b): 0 unless both bounds exist and the values differ.
+rational bounds_apart(const named_value& a, const named_value& b) {
+  if (!a.bound || !b.bound) return 0;
+  const rational& larger = *a.bound > *b.bound ? *a.bound : *b.bound;
+  rational distance = abs(a.value - b.value);
+  if (larger == 0) return distance == 0 ? rational(0) : rational(integer(1) << 62);
+  rational ratio = distance / larger;
+  return ratio;
+}
+
+// The smallest separation over the pairs the gate must tell apart, skipping those the suggestion lists as
+// inseparable or ambiguous (no choice of targets can separate them).
+void measure(suggestion& s, const partition& update) {
+  const candidate_set set = candidates_of(update, s.type);
+  bool first = true;
+  auto compare = [&](const named_value& a, const named_value& b, bool structural) {
+    if (structural) return;
+    const std::string pair = a.name + " and " + b.name;
+    const rational ratio = bounds_apart(a, b);
+    if (first || ratio < s.separation) {
+      s.separation = ratio;
+      s.closest_pair = pair;
+      first = false;
+    }
+  };
+  auto listed = [](const std::vector<std::string>& list, const std::string& entry) {
+    return std::find(list.begin(), list.end(), entry) != list.end();
+  };
+  for (const named_value& mistake : set.mistakes) compare(set.objective, mistake, listed(s.inseparable, mistake.name));
+  for (std::size_t i = 0; i < set.mistakes.size(); ++i)
+    for (std::size_t j = i + 1; j < set.mistakes.size(); ++j)
+      if (set.is_strategy[i] && set.is_strategy[j])
+        compare(set.mistakes[i], set.mistakes[j],
+                listed(s.ambiguous, set.mistakes[i].name + " and " + set.mistakes[j].name));
+  if (first) {  // nothing left to separate
+    s.separation = rational(integer(1) << 62);
+    s.closest_pair = "none";
+  }
+}
+
 void measure(suggestion& s) {
   const partition update = to_partition(s.tokens);
   if (update.objective == objective_kind::weighted_token_mean && update.mass() == rational(update.valid_tokens())) {
@@ -25,34 +87,60 @@ void measure(suggestion& s) {
     s.closest_pair = "the objective and count_denominator";
     return;
   }
-  const rational objective = *gradient(update, strategy::global_mean);
-  std::vector<named_value> wrong_strategies;
-  std::vector<named_value> all;
-  for (const explanation& e : known_mistakes(update, s.type)) {
-    all.push_back({e.name, e.value, e.bound});
-    if (strategy_from_name(e.name)) wrong_strategies.push_back(all.back());
-  }
-  const named_value reference{"the objective", objective, objective_bound(update, s.type)};
-  bool first = true;
-  auto compare = [&](const named_value& a, const named_value& b) {
-    rational ratio;  // 0 unless both bounds exist and the values differ
-    if (a.bound && b.bound) {
-      const rational& larger = *a.bound > *b.bound ? *a.bound : *b.bound;
-      rational distance = abs(a.value - b.value);
-      if (larger == 0) ratio = distance == 0 ? rational(0) : rational(integer(1) << 62);
-      else ratio = distance / larger;
-    }
-    if (first || ratio < s.separation) {
-      s.separation = ratio;
-      s.closest_pair = a.name + " and " + b.name;
-      first = false;
-    }
-  };
-  for (const named_value& candidate : all) compare(reference, candidate);
-  for (std::size_t i = 0; i < wrong_strategies.size(); ++i)
-    for (std::size_t j = i + 1; j < wrong_strategies.size(); ++j) compare(wrong_strategies[i], wrong_strategies[j]);
+  measure(s, update);
 }
 
+// The partition of these counts at θ = 0 in which every token of microbatch (r, m) holds values[r][m]: only
+// sums, so that candidates are compared without building tokens.
+partition with_values(const update_counts& counts, const std::vector<std::vector<rational>>& values) {
+  partition update;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    rank_stats& rank = update.ranks.emplace_back();
+    for (std::size_t m = 0; m < counts[r].size(); ++m) {
+      microbatch_stats& microbatch = rank.microbatches.emplace_back();
+      microbatch.valid_tokens = counts[r][m];
+      microbatch.target_sum = values[r][m] * counts[r][m];
+      microbatch.target_abs_sum = abs(microbatch.target_sum);
+    }
+  }
+  return update;
+}
+
+// Which mistakes coincide with the objective, and which wrong strategies with each other, for every choice
+// of targets. At θ = 0 every value is linear in the microbatches' target sums, so two candidates coincide
+// everywhere exactly when they agree on each unit sum (one microbatch's sum 1, every other 0).
+void structural_coincidences(const update_counts& counts, suggestion& s) {
+  std::vector<std::vector<rational>> values;
+  for (const std::vector<std::uint64_t>& rank : counts) values.emplace_back(rank.size(), rational(0));
+  std::vector<std::string> names;
+  std::vector<bool> strategies;
+  std::vector<std::vector<rational>> profiles;  // per candidate, its value on each unit sum
+  std::vector<rational> objective;
+  bool first = true;
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    for (std::size_t m = 0; m < counts[r].size(); ++m) {
+      if (counts[r][m] == 0) continue;  // its sum is 0 whatever the targets
+      values[r][m] = rational(1) / counts[r][m];
+      const candidate_set set = candidates_of(with_values(counts, values), dtype::exact);
+      values[r][m] = 0;
+      if (first) {
+        for (std::size_t i = 0; i < set.mistakes.size(); ++i) {
+          names.push_back(set.mistakes[i].name);
+          strategies.push_back(set.is_strategy[i]);
+        }
+        profiles.resize(names.size());
+        first = false;
+      }
+      objective.push_back(set.objective.value);
+      for (std::size_t i = 0; i < set.mistakes.size() && i < profiles.size(); ++i)
+        profiles[i].push_back(set.mistakes[i].value);
+    }
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (profiles[i] == objective) s.inseparable.push_back(names[i]);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t j = i + 1; j < names.size(); ++j)
+      if (strategies[i] && strategies[j] && profiles[i] == profiles[j]) s.ambiguous.push_back(names[i] + " and " + names[j]);
+}
 }  // namespace
 
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective) {
@@ -92,6 +180,90 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
       best = std::move(candidate);
       have_best = true;
     }
+  }
+  return best;
+}
+
+update_counts read_counts(std::string_view text, std::string source, const reader_limits& limits) {
+  field_reader in(text, std::move(source), limits);
+  if (in.peek() != json_kind::object) in.fail_type("a counts file", "an object {\"counts\": [[...], ...]}");
+  in.begin_object();
+  update_counts counts;
+  bool saw_counts = false;
+  std::uint64_t total = 0;
+  std::string_view key;
+  while (in.next_member(key)) {
+    if (key != "counts") in.fail_unknown_key(key, "(a counts file has counts)");
+    saw_counts = true;
+    const std::uint64_t offset = in.value_offset();
+    if (in.peek() != json_kind::array) in.fail_type("counts", "an array with one array of microbatch counts per rank");
+    in.begin_array();
+    while (in.next_element()) {
+      if (counts.size() == counts_max_ranks)
+        in.fail(error_code::limit_exceeded, "counts lists more than " + std::to_string(counts_max_ranks) + " ranks",
+                in.value_offset());
+      if (in.peek() != json_kind::array) in.fail_type("each rank's counts", "an array of valid-token counts, one per microbatch");
+      const std::uint64_t rank_offset = in.value_offset();
+      std::vector<std::uint64_t>& rank = counts.emplace_back();
+      in.begin_array();
+      while (in.next_element()) {
+        if (rank.size() == counts_max_microbatches)
+          in.fail(error_code::limit_exceeded,
+                  "a rank lists more than " + std::to_string(counts_max_microbatches) + " microbatches", in.value_offset());
+        const std::uint64_t count_offset = in.value_offset();
+        rank.push_back(in.integer("each microbatch's count", 0, counts_max_tokens, error_code::limit_exceeded));
+        total += rank.back();
+        if (total > counts_max_tokens)
+          in.fail(error_code::limit_exceeded,
+                  "the counts add up to more than " + std::to_string(counts_max_tokens) + " valid tokens", count_offset);
+      }
+      if (rank.empty())
+        in.fail(error_code::schema_error, "a rank has at least one microbatch (a count of 0 if it holds no token)",
+                rank_offset);
+    }
+    if (counts.empty()) in.fail(error_code::schema_error, "counts must list every rank", offset);
+  }
+  in.finish();
+  if (!saw_counts) in.fail(error_code::schema_error, "missing key \"counts\": one array of microbatch counts per rank", 0);
+  if (total == 0)
+    in.fail(error_code::no_valid_tokens, "the counts hold no valid token (N = 0): the update has no objective", 0);
+  return counts;
+}
+
+suggestion suggest_for_counts(const update_counts& counts, dtype type) {
+  constexpr int attempts = 400;
+  constexpr std::uint64_t largest_value = 8;  // |y| ≤ 8: exact in every dtype, bfloat16 included
+  detail::deterministic_random random(0xD1B54A32D192ED03ull);
+  suggestion best;
+  best.type = type;
+  structural_coincidences(counts, best);
+  std::vector<std::vector<rational>> best_values;
+  bool have_best = false;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    std::vector<std::vector<rational>> values;
+    for (const std::vector<std::uint64_t>& rank : counts) {
+      std::vector<rational>& row = values.emplace_back();
+      for (std::size_t m = 0; m < rank.size(); ++m) {
+        const auto magnitude = static_cast<long>(1 + random.below(largest_value));
+        row.emplace_back(random.below(2) == 0 ? magnitude : -magnitude);
+      }
+    }
+    suggestion candidate;
+    candidate.type = type;
+    candidate.inseparable = best.inseparable;
+    candidate.ambiguous = best.ambiguous;
+    measure(candidate, with_values(counts, values));
+    if (!have_best || candidate.separation > best.separation) {
+      best.separation = candidate.separation;
+      best.closest_pair = candidate.closest_pair;
+      best_values = std::move(values);
+      have_best = true;
+    }
+  }
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    std::vector<std::vector<token>>& rank = best.tokens.ranks.emplace_back();
+    for (std::size_t m = 0; m < counts[r].size(); ++m)
+      rank.emplace_back(static_cast<std::size_t>(counts[r][m]), token{best_values[r][m]});
   }
   return best;
 }

@@ -8,6 +8,8 @@
 #include "normcheck/core/rational.hpp"
 #include "normcheck/documents/partition_writer.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <optional>
@@ -35,9 +37,22 @@ T to_float(const rational& value) {
   return static_cast<T>(value.convert_to<double>());
 }
 
-/// The synchronized gradient the program computes for strategy s; nullopt where it divides by zero.
+/// `value` rounded to IEEE half precision (11 significant bits, to nearest, ties to even; subnormals below
+/// 2^-14, infinity beyond 65504), as a float16 all-reduce holds it.
+inline double to_half(double value) {
+  if (value == 0 || !std::isfinite(value)) return value;
+  int exponent = 0;
+  std::frexp(value, &exponent);                   // value = m·2^exponent, 0.5 ≤ |m| < 1
+  const int quantum = std::max(exponent - 11, -24);  // the spacing of halves near value
+  const double rounded = std::ldexp(std::nearbyint(std::ldexp(value, -quantum)), quantum);
+  return std::abs(rounded) > 65504 ? std::copysign(INFINITY, value) : rounded;
+}
+
+/// The synchronized gradient the program computes for strategy s; nullopt where it divides by zero. With
+/// `half_reduction` the all-reduce is a compressing communication hook's: each rank's gradient cast to
+/// float16 and divided by W there, summed there in rank order, cast back (under the mean reducer).
 template <typename T>
-std::optional<T> run_program(const token_partition& tokens, strategy s) {
+std::optional<T> run_program(const token_partition& tokens, strategy s, bool half_reduction = false) {
   const T theta = to_float<T>(tokens.theta);
   const std::size_t world = tokens.ranks.size();
   std::size_t total_tokens = 0;
@@ -75,8 +90,12 @@ std::optional<T> run_program(const token_partition& tokens, strategy s) {
       }
       rank_gradient = rank_gradient + sum * scale;
     }
-    sum_over_ranks = sum_over_ranks + rank_gradient;
+    if (half_reduction)
+      sum_over_ranks = static_cast<T>(to_half(sum_over_ranks + to_half(to_half(rank_gradient) / static_cast<double>(world))));
+    else
+      sum_over_ranks = sum_over_ranks + rank_gradient;
   }
+  if (half_reduction) return sum_over_ranks;
   if (tokens.reducer == reducer_kind::mean) sum_over_ranks = sum_over_ranks / static_cast<T>(world);
   return sum_over_ranks;
 }

@@ -117,11 +117,35 @@ bool no_wrong_pass(const gate_function& gate) {
   });
 }
 
-// Planted wrong gates: one compares exactly (no bound), one skips the discrimination check.
+// Law: the correct normalization reduced in float16 by a compressing hook (fp16_compress_hook) meets the
+// objective within the bound when the dump declares the reduction's dtype.
+bool no_false_alarm_in_half_reduction(const gate_function& gate) {
+  return rc::check("a correct float32 step reduced in float16, declared so, is never a false alarm", [gate] {
+    token_partition tokens = as_held<float>(*partitions());
+    tokens.reducer = reducer_kind::mean;  // the compressing hooks divide by W
+    const std::optional<float> value = run_program<float>(tokens, strategy::scaled_sum, true);
+    RC_ASSERT(value.has_value());
+    RC_PRE(std::isfinite(*value));  // beyond float16's range the hook overflows: another finding
+    observed_result observed;
+    observed.per_rank.push_back(exact(*value));
+    observed.type = dtype::float32;
+    observed.reduction_type = dtype::float16;
+    RC_ASSERT(gate(to_partition(tokens), observed).verdict != gate_verdict::fail);
+  });
+}
+
+// Planted wrong gates: one compares exactly (no bound), one skips the discrimination check, one ignores
+// the reduction's dtype.
 gate_result exact_gate(const partition& update, const observed_result& observed) {
   observed_result exact_observed = observed;
   exact_observed.type = dtype::exact;
   return run_gate(update, exact_observed);
+}
+
+gate_result gate_ignoring_reduction_dtype(const partition& update, const observed_result& observed) {
+  observed_result without = observed;
+  without.reduction_type.reset();
+  return run_gate(update, without);
 }
 
 gate_result gate_without_discrimination(const partition& update, const observed_result& observed) {
@@ -145,4 +169,10 @@ TEST_CASE("the false-alarm law catches a gate that compares floats exactly") {
 }
 TEST_CASE("the wrong-pass law catches a gate without the discrimination check") {
   CHECK_FALSE(no_wrong_pass<float>(gate_without_discrimination));
+}
+TEST_CASE("a correct step reduced in float16 and declared so is never a false alarm") {
+  CHECK(no_false_alarm_in_half_reduction(run_gate));
+}
+TEST_CASE("the float16-reduction law catches a gate that ignores the reduction's dtype") {
+  CHECK_FALSE(no_false_alarm_in_half_reduction(gate_ignoring_reduction_dtype));
 }

@@ -294,3 +294,29 @@ TEST_CASE("weights that sum to zero leave no objective") {
   CHECK(message_of(document(R"("ranks": [{"targets": [1, 2], "weights": [0, 0]}])", weighted)).find("M = 0") !=
         std::string::npos);
 }
+
+TEST_CASE("observed values may be NaN or an infinity as float.hex() prints them; targets may not") {
+  CHECK(rejection(document(two_ranks, R"("observed": {"per_rank": ["nan", "nan"], "dtype": "float32"})")) == "accepted");
+  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "-inf", "dtype": "float32"})")) == "accepted");
+  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "NaN", "dtype": "float32"})")) == "bad_number at 4:27");
+  CHECK(rejection(document(R"("ranks": [{"targets": ["nan"]}])")) == "bad_number at 3:26");
+}
+
+TEST_CASE("reduction_dtype and divided_by are read and checked against the ranks") {
+  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": 1, "dtype": "float32", "reduction_dtype": "float16"})")) ==
+        "accepted");
+  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": 1, "dtype": "float32", "reduction_dtype": "fp8"})")) ==
+        "schema_error at 4:70");
+  CHECK(rejection(document(two_ranks,
+                           R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, 4]}})")) ==
+        "accepted");
+  CHECK(rejection(document(two_ranks,
+                           R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4]}})")) ==
+        "schema_error at 4:74");
+  CHECK(rejection(document(two_ranks,
+                           R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, [4, 4]]}})")) ==
+        "schema_error at 4:74");
+  CHECK(message_of(document(two_ranks,
+                            R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, [4, 4]]}})"))
+            .find("gives rank 1 2 divisors for its 1 microbatches") != std::string::npos);
+}

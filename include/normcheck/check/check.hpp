@@ -61,6 +61,7 @@ run_summary summarize(const std::vector<file_report>& reports);
 /// How a run checks its files.
 struct check_options {
   reader_limits limits;
+  bool require_gate = false;  ///< a file without an `observed` result for the gate fails (`--require-gate`)
 };
 
 /// The sections of a normcheck/1 document that `check` reads, judges and reports, in report order:

@@ -6,6 +6,7 @@
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/partition.hpp"
 #include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/io/json_writer.hpp"
 
 #include <optional>
 #include <string>
@@ -42,5 +43,7 @@ struct document_options {
 /// rank, a rank without a microbatch, a gradient expected twice, an `expect_error` a document cannot
 /// produce) and `error(number_out_of_range)` for a value longer than the reader's default digit limit.
 std::string write_document(const token_partition& tokens, const document_options& options = {});
+/// The same document as the next value of `json` (e.g. a member of a larger document).
+void write_document(json_writer& json, const token_partition& tokens, const document_options& options = {});
 
 }  // namespace normcheck

@@ -9,10 +9,32 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace normcheck {
+
+/// What a float can hold besides a number: a dump writes them as float.hex() prints them.
+enum class non_finite {
+  nan,                ///< "nan": 0/0, for example a mean over a microbatch without valid tokens
+  positive_infinity,  ///< "inf"
+  negative_infinity,  ///< "-inf"
+};
+
+/// "nan", "inf" or "-inf".
+std::string_view non_finite_name(non_finite value) noexcept;
+/// The value spelled `name` ("nan", "inf", "-inf"), if any.
+std::optional<non_finite> non_finite_from_name(std::string_view name) noexcept;
+
+/// A value real training code produced: an exact number, or NaN or an infinity.
+using observed_value = std::variant<rational, non_finite>;
+
+/// Whether the value is a number.
+inline bool is_finite(const observed_value& value) { return std::holds_alternative<rational>(value); }
+/// Canonical text: "p/q", or "nan", "inf", "-inf".
+std::string to_string(const observed_value& value);
 
 /// An explicit tolerance that replaces the derived bound: |observed − v| ≤ absolute + relative·|v|.
 struct tolerance {
@@ -22,13 +44,17 @@ struct tolerance {
 
 /// The result a training step produced, exactly as dumped (hex floats keep it exact).
 struct observed_result {
-  std::vector<rational> per_rank;            ///< each rank's synchronized value (one entry if only `gradient` was given)
+  std::vector<observed_value> per_rank;      ///< each rank's synchronized value (one entry if only `gradient` was given)
   bool from_per_rank = false;                ///< true when the file gave `per_rank`
   dtype type = dtype::exact;
+  std::optional<dtype> reduction_type;       ///< `reduction_dtype`: the all-reduce's arithmetic, when not `type`
   std::optional<std::uint64_t> global_tokens;  ///< `tokens.global`: the N the code divided by
   std::vector<std::uint64_t> rank_tokens;      ///< `tokens.per_rank`: each rank's nᵣ as the code counted it
   std::optional<rational> global_mass;         ///< `mass.global`: the M the code divided by (weighted objective)
   std::vector<rational> rank_masses;           ///< `mass.per_rank`: each rank's mᵣ as the code summed it
+  /// `tokens.divided_by`: what each rank divided its loss sum by (without the world-size factor), one value
+  /// for all its microbatches or one per microbatch.
+  std::vector<std::vector<rational>> divided_by;
   std::optional<tolerance> explicit_tolerance;
 };
 

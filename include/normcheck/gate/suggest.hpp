@@ -3,11 +3,14 @@
 /// Designing a partition for a CI test: small, exactly representable, and such that every known
 /// mistake lands far outside the dtype's error bound, so the gate names it unambiguously.
 
-#include "normcheck/gate/observed.hpp"
 #include "normcheck/documents/partition_writer.hpp"
+#include "normcheck/gate/observed.hpp"
+#include "normcheck/io/json_reader.hpp"
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace normcheck {
 
@@ -17,6 +20,11 @@ struct suggestion {
   dtype type = dtype::float32;
   rational separation;      ///< min over compared pairs of |vᵢ − vⱼ| / max(boundᵢ, boundⱼ); 0 when some pair coincides
   std::string closest_pair;  ///< the pair that attains it, e.g. "local_mean and microbatch_mean"
+  /// Mistakes that equal the objective whatever the targets on these counts (equal counts hide local_mean):
+  /// on them the gate can only conclude `inconclusive`. Left out of `separation`.
+  std::vector<std::string> inseparable;
+  /// Pairs of wrong strategies that equal each other whatever the targets: the diagnosis names both.
+  std::vector<std::string> ambiguous;
 };
 
 /// Searches small integer partitions with `world_size` ranks of `microbatches` microbatches each and
@@ -26,6 +34,24 @@ struct suggestion {
 /// Deterministic.
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
                              objective_kind objective = objective_kind::token_mean);
+
+/// Valid-token counts of an update: counts[r][m] for microbatch m of rank r (ranks may differ in their
+/// number of microbatches; a count may be 0).
+using update_counts = std::vector<std::vector<std::uint64_t>>;
+
+/// Most ranks, microbatches of a rank, and valid tokens in all that `suggest --counts` accepts.
+inline constexpr std::size_t counts_max_ranks = 4096;
+inline constexpr std::size_t counts_max_microbatches = 4096;
+inline constexpr std::uint64_t counts_max_tokens = 10'000'000;
+
+/// Reads `{"counts": [[n00, n01, ...], [n10, ...], ...]}`. Throws `error` (schema_error, limit_exceeded, …)
+/// located at the value.
+update_counts read_counts(std::string_view text, std::string source, const reader_limits& limits = {});
+
+/// Chooses integer targets for exactly these counts (θ = 0, no padding): one value per microbatch from
+/// [−8, 8] (exact in every dtype), the assignment that separates best, with the mistakes these counts
+/// cannot separate whatever the targets listed in `inseparable` and `ambiguous`. Deterministic.
+suggestion suggest_for_counts(const update_counts& counts, dtype type);
 
 /// The separation the gate needs a suggestion to reach: 100 bounds.
 inline constexpr unsigned required_separation = 100;
