@@ -1,0 +1,379 @@
+"""The normcheck/1 writer: the one place in the package that produces the wire format.
+
+A document is built as a plain dict whose leaves are already wire literals (JSON integers, strings such
+as ``"0x1.8p+1"`` or ``"3/4"``, ``None`` for a position without a valid token), rendered one member per
+line and written atomically. Every float goes through ``float.hex()``, which is exact: a float32 value
+converted to a Python float keeps its value, so normcheck reads exactly the numbers the program held.
+No float is ever formatted with ``str()`` or ``repr()``; ``render`` refuses a document that still holds
+one.
+
+Standard library only, except ``dump_update``, which gathers the ranks' parts through
+``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import stat
+import time
+from fractions import Fraction
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+__all__ = [
+    "FORMAT", "DTYPES", "REDUCERS", "OBJECTIVES", "Literal", "exact", "literal", "tokens", "observed",
+    "document", "render", "write", "write_atomically", "token_values", "rank_part", "build_document",
+    "dump_update",
+]
+
+FORMAT = "normcheck/1"
+DTYPES = ("float64", "float32", "bfloat16", "float16", "exact")
+REDUCERS = ("mean", "sum")
+OBJECTIVES = ("token_mean", "weighted_token_mean")
+VERDICTS = ("pass", "fail", "inconclusive")
+
+Literal = Union[int, str]
+"""A wire literal: a JSON integer, or a string holding a hexadecimal float, a fraction or a decimal."""
+
+
+def exact(value: Any) -> str:
+    """The exact text of a float value as ``float.hex()`` prints it; 'nan', 'inf' and '-inf' when not finite."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a number")
+    return float(value).hex()
+
+
+def literal(value: Any, *, finite: bool = True) -> Literal:
+    """One exact number as a wire literal: an int stays an int, a float becomes its ``float.hex()`` text.
+
+    A ``Fraction`` becomes ``"p/q"`` (an int when whole); a string is taken as the literal the caller
+    wrote; a tensor or NumPy scalar is read with ``item()``. Non-finite floats are refused unless
+    ``finite`` is False (only observed values may be non-finite).
+    """
+    if hasattr(value, "item") and not isinstance(value, (int, float, Fraction, str)):
+        value = value.item()
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a number")
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if finite and not math.isfinite(value):
+            raise ValueError(f"{value.hex()} is not a finite number (only observed values may be)")
+        return value.hex()
+    if isinstance(value, Fraction):
+        return value.numerator if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("an empty string is not a number")
+        return value
+    raise TypeError(f"{type(value).__name__} is not an exact number (int, float, Fraction or a literal string)")
+
+
+def tokens(values: Any, valid: Any = None) -> List[Optional[Literal]]:
+    """One microbatch's token values as literals, ``None`` where a position holds no valid token.
+
+    ``values`` is a sequence (tensors are read with ``tolist()``) whose items are numbers or ``None``;
+    ``valid``, if given, is a sequence of flags of the same length that marks the valid positions.
+    """
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    if valid is None:
+        return [None if v is None else literal(v) for v in values]
+    valid = valid.tolist() if hasattr(valid, "tolist") else list(valid)
+    if len(values) != len(valid):
+        raise ValueError(f"{len(values)} values but {len(valid)} validity flags")
+    return [literal(v) if ok else None for v, ok in zip(values, valid)]
+
+
+def _count(value: Any, what: str) -> int:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, not {value!r}")
+    return int(value)
+
+
+def _dtype(name: str, what: str) -> str:
+    if name not in DTYPES:
+        raise ValueError(f"{what} must be one of {', '.join(DTYPES)}, not {name!r}")
+    return name
+
+
+def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[Any]] = None,
+             reduction_dtype: Optional[str] = None, tokens_global: Optional[int] = None,
+             tokens_per_rank: Optional[Sequence[int]] = None, divided_by: Optional[Sequence[Any]] = None,
+             mass_global: Any = None, mass_per_rank: Optional[Sequence[Any]] = None,
+             tolerance_absolute: Any = None, tolerance_relative: Any = None) -> Dict[str, Any]:
+    """The ``observed`` object: the gradient (or each rank's copy, ``per_rank``) and what the code counted.
+
+    Gradient values may be non-finite; they are written as ``float.hex()`` prints them ('nan', 'inf',
+    '-inf'). ``divided_by`` has one entry per rank: the number the rank divided its loss sum by, or a
+    list with one such number per microbatch.
+    """
+    if (gradient is None) == (per_rank is None):
+        raise ValueError("observed needs exactly one of gradient and per_rank")
+    result: Dict[str, Any] = {}
+    if gradient is not None:
+        result["gradient"] = literal(gradient, finite=False)
+    else:
+        result["per_rank"] = [literal(v, finite=False) for v in per_rank]  # type: ignore[union-attr]
+    result["dtype"] = _dtype(dtype, "dtype")
+    if reduction_dtype is not None:
+        result["reduction_dtype"] = _dtype(reduction_dtype, "reduction_dtype")
+    counted: Dict[str, Any] = {}
+    if tokens_global is not None:
+        counted["global"] = _count(tokens_global, "tokens_global")
+    if tokens_per_rank is not None:
+        counted["per_rank"] = [_count(n, "each per-rank count") for n in tokens_per_rank]
+    if divided_by is not None:
+        counted["divided_by"] = [
+            [literal(d) for d in entry] if isinstance(entry, (list, tuple)) else literal(entry)
+            for entry in divided_by]
+    if counted:
+        result["tokens"] = counted
+    mass: Dict[str, Any] = {}
+    if mass_global is not None:
+        mass["global"] = literal(mass_global)
+    if mass_per_rank is not None:
+        mass["per_rank"] = [literal(m) for m in mass_per_rank]
+    if mass:
+        result["mass"] = mass
+    tolerance: Dict[str, Any] = {}
+    if tolerance_absolute is not None:
+        tolerance["absolute"] = literal(tolerance_absolute)
+    if tolerance_relative is not None:
+        tolerance["relative"] = literal(tolerance_relative)
+    if tolerance:
+        result["tolerance"] = tolerance
+    return result
+
+
+def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequence[Sequence[Sequence[Any]]]] = None,
+             world_size: Optional[int] = None, reducer: Optional[str] = None, theta: Any = None,
+             objective: Optional[str] = None, description: Optional[str] = None,
+             expect: Optional[Mapping[str, Any]] = None, expect_error: Optional[str] = None,
+             observed: Optional[Mapping[str, Any]] = None, expect_gate: Optional[Mapping[str, Any]] = None,
+             recipe: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """A normcheck/1 document (a dict of wire literals) from rank → microbatch → token values.
+
+    ``ranks[r]`` is the list of rank r's microbatches in the order it accumulated them; a token is a
+    number or ``None`` (no valid token there). A rank with one microbatch is written as ``targets``.
+    ``weights`` has the same shape (``None`` beside padding) and makes the objective
+    ``weighted_token_mean`` unless ``objective`` says otherwise. ``observed`` comes from ``observed()``.
+    ``expect`` maps gradient names to numbers or ``None``; ``expect_gate`` is ``{"verdict": ...,
+    "explanations": [...]}``; ``recipe`` is ``{"scale": "W / N", "reducer": "mean"}``.
+    """
+    if not ranks:
+        raise ValueError("a document needs at least one rank")
+    if weights is not None and len(weights) != len(ranks):
+        raise ValueError(f"weights for {len(weights)} ranks, tokens for {len(ranks)}")
+    result: Dict[str, Any] = {"format": FORMAT}
+    if description:
+        result["description"] = str(description)
+    if objective is None and weights is not None:
+        objective = "weighted_token_mean"
+    if objective is not None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+        result["objective"] = objective
+    written = []
+    for r, batches in enumerate(ranks):
+        batches = [tokens(b) for b in batches]
+        if not batches:
+            raise ValueError(f"rank {r} has no microbatch (an empty microbatch is [], not no microbatch)")
+        rank: Dict[str, Any] = {"targets": batches[0]} if len(batches) == 1 else {"microbatches": batches}
+        if weights is not None:
+            rows = [tokens(w) for w in weights[r]]
+            if [len(w) for w in rows] != [len(b) for b in batches]:
+                raise ValueError(f"rank {r}: weights are not shaped like its tokens")
+            rank["weights"] = rows[0] if len(batches) == 1 else rows
+        written.append(rank)
+    result["ranks"] = written
+    if world_size is not None:
+        result["world_size"] = _count(world_size, "world_size")
+    if reducer is not None:
+        if reducer not in REDUCERS:
+            raise ValueError(f"reducer must be 'mean' or 'sum', not {reducer!r}")
+        result["reducer"] = reducer
+    if theta is not None:
+        result["theta"] = literal(theta)
+    if expect is not None:
+        result["expect"] = {str(name): None if value is None else literal(value) for name, value in expect.items()}
+    if expect_error is not None:
+        result["expect_error"] = str(expect_error)
+    if observed is not None:
+        result["observed"] = dict(observed)
+    if expect_gate is not None:
+        gate = dict(expect_gate)
+        if gate.get("verdict") not in VERDICTS:
+            raise ValueError(f"expect_gate verdict must be one of {', '.join(VERDICTS)}")
+        result["expect_gate"] = {"verdict": gate["verdict"],
+                                 "explanations": [str(e) for e in gate.get("explanations", [])]}
+    if recipe is not None:
+        result["recipe"] = {str(k): str(v) for k, v in recipe.items()}
+    return result
+
+
+def _refuse_floats(value: Any, where: str) -> None:
+    if isinstance(value, float):
+        raise TypeError(f"{where} holds the float {value.hex()}: convert it with literal() (float.hex), "
+                        "never str() or repr()")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_floats(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _refuse_floats(item, f"{where}[{i}]")
+
+
+def render(document: Mapping[str, Any]) -> str:
+    """The document as text: one member per line, one rank per line. Refuses any float left in it."""
+    _refuse_floats(dict(document), "document")
+    lines = []
+    for key, value in document.items():
+        if key == "ranks":
+            ranks = ",\n".join("    " + json.dumps(rank, allow_nan=False) for rank in value)
+            lines.append(f'  "ranks": [\n{ranks}\n  ]')
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False, allow_nan=False)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def write_atomically(path: Union[str, os.PathLike], text: Union[str, bytes], pause_mid_write: float = 0.0) -> None:
+    """Writes ``text`` to ``path`` so that ``path`` never holds part of it.
+
+    For a regular file or a path that does not exist yet, the text goes to a temporary in the same
+    folder (named ``.NAME.PID.RANDOM.tmp``, which a scan for ``*.json`` skips), is flushed and fsynced,
+    and is renamed over ``path`` with ``os.replace``; the folder is then fsynced so that the rename is
+    durable. A symbolic link is followed and its target replaced the same way. A character device, a
+    FIFO or a socket is written through (never replaced by a regular file); a directory is an error.
+    ``pause_mid_write`` (seconds) sleeps with half of the text on disk: a way to interrupt a run inside
+    the write and see that nothing appears under the final name.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    path = os.path.realpath(os.fspath(path))
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path} is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "wb") as f:  # a device or a pipe: renaming over it would replace it
+            f.write(data)
+        return
+    folder = os.path.dirname(path)
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(descriptor, "wb") as f:
+            if pause_mid_write > 0:
+                f.write(data[: len(data) // 2])
+                f.flush()
+                os.fsync(f.fileno())
+                time.sleep(pause_mid_write)
+                f.write(data[len(data) // 2:])
+            else:
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write(path: Union[str, os.PathLike], document: Mapping[str, Any], pause_mid_write: float = 0.0) -> None:
+    """Renders ``document`` and writes it to ``path`` atomically."""
+    write_atomically(path, render(document), pause_mid_write=pause_mid_write)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One data-parallel update of a one-parameter model, gathered from every rank (examples/pytorch_ddp).
+
+def token_values(targets: Any, valid: Any) -> List[Optional[str]]:
+    """One microbatch as the program held it: each target's ``float.hex()`` text, None where not valid."""
+    targets = targets.tolist() if hasattr(targets, "tolist") else list(targets)
+    valid = valid.tolist() if hasattr(valid, "tolist") else list(valid)
+    if len(targets) != len(valid):
+        raise ValueError(f"{len(targets)} targets but {len(valid)} validity flags")
+    return [exact(t) if v else None for t, v in zip(targets, valid)]
+
+
+def rank_part(microbatches: Sequence[Any], gradient: Any, counted_tokens: Optional[int] = None,
+              weights: Optional[Sequence[Any]] = None, counted_mass: Any = None) -> Dict[str, Any]:
+    """What one rank contributes to ``dump_update``: its tokens, its synchronized gradient, its counts.
+
+    microbatches: (targets, valid) pairs in the order the rank accumulated them; gradient: the rank's
+    gradient after the all-reduce; counted_tokens / counted_mass: the count or weight sum its code
+    computed for itself, if any; weights: one sequence of token weights per microbatch.
+    """
+    part: Dict[str, Any] = {
+        "microbatches": [token_values(t, v) for t, v in microbatches],
+        "gradient": exact(gradient),
+        "counted_tokens": None if counted_tokens is None else int(counted_tokens),
+    }
+    if weights is not None:
+        part["weights"] = [token_values(w, v) for w, (_, v) in zip(weights, microbatches)]
+        part["counted_mass"] = None if counted_mass is None else exact(counted_mass)
+    return part
+
+
+def build_document(parts: Sequence[Mapping[str, Any]], *, reducer: str, theta: Any, dtype: str,
+                   global_tokens: Optional[int] = None, global_mass: Any = None,
+                   description: str = "") -> Dict[str, Any]:
+    """The document of one update from every rank's ``rank_part``, in rank order.
+
+    Parts with weights make a weighted_token_mean document; the per-rank counts (masses) are written
+    only when every rank computed one.
+    """
+    weighted = any("weights" in part for part in parts)
+    if weighted and not all("weights" in part for part in parts):
+        raise ValueError("some ranks gave weights and some did not")
+    counts = [part["counted_tokens"] for part in parts]
+    masses = [part.get("counted_mass") for part in parts]
+    seen = observed(
+        dtype=dtype, per_rank=[part["gradient"] for part in parts], tokens_global=global_tokens,
+        tokens_per_rank=counts if all(c is not None for c in counts) else None,
+        mass_global=None if global_mass is None else exact(global_mass),
+        mass_per_rank=masses if weighted and all(m is not None for m in masses) else None)
+    return document([part["microbatches"] for part in parts],
+                    weights=[part["weights"] for part in parts] if weighted else None,
+                    world_size=len(parts), reducer=reducer, theta=exact(theta), description=description,
+                    observed=seen)
+
+
+def dump_update(path: Union[str, os.PathLike], *, microbatches: Sequence[Any], gradient: Any, theta: Any,
+                dtype: str, reducer: str = "mean", counted_tokens: Optional[int] = None,
+                global_tokens: Optional[int] = None, weights: Optional[Sequence[Any]] = None,
+                counted_mass: Any = None, global_mass: Any = None, description: str = "", dst: int = 0,
+                group: Any = None, pause_mid_write: float = 0.0) -> Optional[Dict[str, Any]]:
+    """Collective: every rank calls it after backward; rank ``dst`` gathers every part and writes ``path``.
+
+    See ``rank_part`` and ``build_document`` for the arguments. Returns the document on ``dst``, None
+    elsewhere.
+    """
+    import torch.distributed as dist
+
+    part = rank_part(microbatches, gradient, counted_tokens, weights, counted_mass)
+    rank = dist.get_rank(group)
+    parts: Optional[List[Any]] = [None] * dist.get_world_size(group) if rank == dst else None
+    dist.gather_object(part, parts, dst=dst, group=group)
+    if rank != dst:
+        return None
+    assert parts is not None
+    result = build_document(parts, reducer=reducer, theta=theta, dtype=dtype, global_tokens=global_tokens,
+                            global_mass=global_mass, description=description)
+    write(path, result, pause_mid_write=pause_mid_write)
+    return result
