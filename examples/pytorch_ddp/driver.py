@@ -35,8 +35,13 @@ import threading
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import normcheck_dump  # noqa: E402 (standard library only at import)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # variants.py
+# The normcheck package of this checkout (python/), ahead of any installed one; installed, it is found anyway.
+CHECKOUT_PACKAGE = os.path.normpath(os.path.join(HERE, "..", "..", "python"))
+if os.path.isdir(os.path.join(CHECKOUT_PACKAGE, "normcheck")):
+    sys.path.insert(0, CHECKOUT_PACKAGE)
+from normcheck import dump  # noqa: E402 (standard library only at import)
 
 TORCH_UNAVAILABLE = 3
 DTYPES = ("float32", "float64")
@@ -196,7 +201,7 @@ def worker(rank, world_size, port, dtype_name, jobs, settings, driver_pid):
                 job["variant"], job["ranks"][rank], job["theta"], dtype, world_size, side_group, weights=weights)
             description = (f"PyTorch {torch.__version__} DistributedDataParallel on gloo, W = {world_size}, "
                            f"{dtype_name}, partition {job['partition']}: {variants.DESCRIPTIONS[job['variant']]}")
-            normcheck_dump.dump_update(
+            dump.dump_update(
                 job["path"], microbatches=batch, gradient=gradient, theta=theta, dtype=dtype_name,
                 reducer=outcome["reducer"], counted_tokens=outcome["counted_tokens"],
                 global_tokens=outcome["global_tokens"], weights=None if weights is None else variants.make_weights(weights, dtype),
@@ -358,7 +363,7 @@ def main(argv=None):
                                     "world_size": world_size, "dtype": dtype, "partition": job["partition"],
                                     "variant": job["variant"]})
     manifest = "".join(json.dumps(r) + "\n" for r in records)
-    normcheck_dump.write_atomically(os.path.join(options.out, "manifest.jsonl"), manifest)
+    dump.write_atomically(os.path.join(options.out, "manifest.jsonl"), manifest)
     launches = [r for r in records if r["kind"] == "launch"]
     failed = [r for r in launches if r["status"] != "ok"]
     dumps = sum(1 for r in records if r["kind"] == "dump")
