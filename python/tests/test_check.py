@@ -1,0 +1,170 @@
+"""normcheck.check: finding the executable, reading its verdicts, the diagnosis message, suggest --counts.
+
+Standard library only (no torch). Fake executables (small shell scripts) stand in where a test needs
+an executable that behaves a particular way; the real one ($NORMCHECK) judges real files.
+"""
+
+import json
+import stat
+
+import pytest
+
+from normcheck import check, dump
+
+
+def fake(folder, name, script):
+    """An executable shell script `name` in `folder`."""
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def seed_example(path, per_rank, **observed):
+    """The README's seed example with an observed gradient: rank 0 holds 0, rank 1 holds 2, 2, 2 and padding."""
+    dump.write(path, dump.document([[[0]], [[2, 2, 2, None]]], world_size=2, reducer="mean", theta=0,
+                                   observed=dump.observed(dtype="float32", per_rank=per_rank, **observed)))
+    return path
+
+
+def test_the_executable_comes_from_the_argument_then_the_environment_then_path(tmp_path, monkeypatch):
+    given = fake(tmp_path, "given", "exit 0\n")
+    (tmp_path / "bin").mkdir()
+    on_path = fake(tmp_path / "bin", "normcheck", "exit 0\n")
+    from_environment = fake(tmp_path, "from-environment", "exit 0\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("NORMCHECK", from_environment)
+    assert check.find_executable(given) == given
+    assert check.find_executable() == from_environment
+    monkeypatch.delenv("NORMCHECK")
+    assert check.find_executable() == on_path
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(check.NormcheckError, match="NORMCHECK"):
+        check.find_executable()
+    with pytest.raises(check.NormcheckError, match="does not exist"):
+        check.find_executable(str(tmp_path / "missing"))
+
+
+def test_a_failing_gate_raises_an_assertion_error_with_the_whole_diagnosis(tmp_path, executable):
+    path = seed_example(tmp_path / "local_mean.json", [-1.0, -1.0])  # S_r/n_r: (0 + (−2))/2 = −1
+    with pytest.raises(AssertionError) as raised:
+        check.assert_passes(path, executable=executable)
+    failure = raised.value
+    assert isinstance(failure, check.NormcheckFailure)
+    assert failure.verdict == "fail" and failure.explanations == ("local_mean",)
+    message = str(failure)
+    for needed in ("FAILED", str(path), "check objective failed", "local_mean = -1", "what was computed:",
+                   "why it is wrong:", "instead:", "W·Sᵣ/N"):
+        assert needed in message, (needed, message)
+
+
+def test_a_correct_gradient_passes(tmp_path, executable):
+    path = seed_example(tmp_path / "scaled_sum.json", [-1.5, -1.5], tokens_global=4, tokens_per_rank=[1, 3])
+    verdicts = check.assert_passes(path, executable=executable)
+    assert [v.verdict for v in verdicts] == ["pass"] and verdicts[0].passed and verdicts[0].explanations == ()
+
+
+def test_inconclusive_names_what_could_hide(tmp_path, executable):
+    path = tmp_path / "equal.json"  # equal counts: the local mean is the objective
+    dump.write(path, dump.document([[[1, 3]], [[2, 2]]], world_size=2, theta=0,
+                                   observed=dump.observed(dtype="float32", per_rank=[-2.0, -2.0])))
+    [verdict] = check.run_check(path, executable=executable)
+    assert verdict.verdict == "inconclusive" and not verdict.passed and "local_mean" in verdict.could_hide
+    assert "could hide" in verdict.message and "local_mean" in verdict.message
+    with pytest.raises(check.NormcheckFailure):
+        verdict.raise_for_failure()
+
+
+def test_a_rejected_dump_fails_with_its_error(tmp_path, executable):
+    path = tmp_path / "rejected.json"
+    path.write_text('{"format": "normcheck/1", "ranks": [{"targets": [1]}], "world_size": 2}')
+    with pytest.raises(check.NormcheckFailure, match="world_size_mismatch"):
+        check.assert_passes(path, executable=executable)
+
+
+def test_a_file_without_observed_never_passes(tmp_path, executable):
+    path = tmp_path / "no-gate.json"
+    dump.write(path, dump.document([[[0]], [[2, 2, 2]]], world_size=2))
+    [required] = check.run_check(path, executable=executable)
+    assert not required.passed and "nothing was judged" in required.message
+    [lenient] = check.run_check(path, executable=executable, require_gate=False)
+    assert lenient.status == "pass"  # what --require-gate is there for
+
+
+def test_nothing_to_check_is_an_error(tmp_path, executable):
+    with pytest.raises(check.NormcheckError, match="nothing to check"):
+        check.run_check(tmp_path, executable=executable)
+    with pytest.raises(check.NormcheckError, match="nothing to check"):
+        check.run_check([], executable=executable)
+
+
+RECORDING = """
+echo "$@" >> "{log}"
+case " $* " in
+  *" --require-gate "*) {require_gate} ;;
+esac
+cat "{report}"
+exit {status}
+"""
+
+
+def recording_executable(tmp_path, require_gate, report, status=0):
+    log = tmp_path / "arguments.log"
+    report_path = tmp_path / "report.json"
+    report_path.write_text(json.dumps(report))
+    return fake(tmp_path, "normcheck", RECORDING.format(log=log, report=report_path, status=status,
+                                                        require_gate=require_gate)), log
+
+
+def test_require_gate_is_passed_and_an_older_executable_is_run_without_it(tmp_path):
+    judged = {"reports": [{"file": "f.json", "status": "pass", "failures": [], "gate": {"verdict": "pass"}}]}
+    current, log = recording_executable(tmp_path, ":", judged)
+    [verdict] = check.run_check("f.json", executable=current)
+    assert log.read_text().split("\n")[0] == "check --json --require-gate f.json"
+    assert verdict.passed
+    log.unlink()
+    unjudged = {"reports": [{"file": "f.json", "status": "pass", "failures": []}]}
+    older, log = recording_executable(tmp_path, "echo 'The following argument was not expected: --require-gate' >&2; exit 2",
+                                      unjudged)
+    [verdict] = check.run_check("f.json", executable=older)
+    assert log.read_text().split("\n")[:2] == ["check --json --require-gate f.json", "check --json f.json"]
+    assert verdict.status == "fail" and not verdict.passed  # no gate: the rule applied here
+
+
+def test_output_that_is_not_a_report_is_an_error(tmp_path):
+    broken = fake(tmp_path, "normcheck", "echo 'Segmentation fault' >&2; exit 139\n")
+    with pytest.raises(check.NormcheckError, match="139"):
+        check.run_check("f.json", executable=broken)
+    garbage = fake(tmp_path, "garbage", "echo 'not json'; exit 1\n")
+    with pytest.raises(check.NormcheckError, match="without a JSON report"):
+        check.run_check("f.json", executable=garbage)
+
+
+SUGGESTION = {
+    "partition": {"format": "normcheck/1", "ranks": [{"microbatches": [[3, -1], []]}, {"targets": [5]}],
+                  "world_size": 2, "reducer": "mean", "theta": 0},
+    "separation": "1234/5", "closest_pair": "the objective and local_mean", "inseparable": [], "required": 100,
+}
+
+
+def test_suggest_for_counts_reads_the_partition(tmp_path):
+    script = 'cat "$3" > "{counts}"; cat "{answer}"; exit {status}\n'
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps(SUGGESTION))
+    counts = tmp_path / "counts-seen.json"
+    program = fake(tmp_path, "normcheck", script.format(counts=counts, answer=answer, status=0))
+    suggestion = check.suggest_for_counts([[2, 0], [1]], executable=program)
+    assert json.loads(counts.read_text()) == {"counts": [[2, 0], [1]]}
+    assert suggestion.targets == (((3, -1), ()), ((5,),)) and suggestion.separated
+    assert suggestion.separation == "1234/5" and suggestion.required == 100
+    program = fake(tmp_path, "inseparable", script.format(counts=counts, answer=answer, status=1))
+    assert not check.suggest_for_counts([[2, 0], [1]], executable=program).separated
+
+
+def test_suggest_for_counts_with_the_real_executable(executable):
+    counts = [[3, 0], [5, 2], [1, 4]]
+    suggestion = check.suggest_for_counts(counts, executable=executable)
+    assert [[len(batch) for batch in rank] for rank in suggestion.targets] == counts
+    assert suggestion.separated and suggestion.inseparable == ()
+    equal = check.suggest_for_counts([[4], [4]], executable=executable)
+    assert not equal.separated and "local_mean" in equal.inseparable

@@ -1,0 +1,287 @@
+"""normcheck.dump: exact literals, every field of normcheck/1 read back by the executable, atomic writes.
+
+Standard library only (no torch).
+"""
+
+import json
+import math
+import os
+import random
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+
+import pytest
+
+from normcheck import dump
+
+
+def exact_value(text):
+    """What normcheck reads from a literal: a hexadecimal float exactly, a decimal or p/q as the rational it names."""
+    if isinstance(text, int):
+        return Fraction(text)
+    if "0x" in text.lower():
+        return Fraction(float.fromhex(text))
+    return Fraction(text)
+
+
+def corner_doubles(count=4000, seed=15):
+    generator = random.Random(seed)
+    values = [0.0, -0.0, 0.1, 1 / 3, 2.0 ** -1074, -(2.0 ** -1074), 2.0 ** -1022, sys.float_info.max,
+              -sys.float_info.max, 1.0 + 2.0 ** -52, 3.0]
+    for _ in range(count):
+        values.append(struct.unpack("<d", generator.getrandbits(64).to_bytes(8, "little"))[0])
+        # float32 values as a program holds them, converted to Python floats
+        values.append(struct.unpack("<f", generator.getrandbits(32).to_bytes(4, "little"))[0])
+    return [v for v in values if math.isfinite(v)]
+
+
+def test_literal_is_exact_for_every_finite_double():
+    for value in corner_doubles():
+        text = dump.literal(value)
+        assert exact_value(text) == Fraction(value), (value, text)
+        assert float.fromhex(text) == value and math.copysign(1, float.fromhex(text)) == math.copysign(1, value)
+
+
+def test_the_exactness_check_catches_a_decimal_writer():
+    # repr() round-trips in Python, but normcheck reads "0.1" as 1/10, not as the double nearest it.
+    wrong = [v for v in corner_doubles(200) if exact_value(repr(v)) != Fraction(v)]
+    assert len(wrong) > 100
+
+
+def test_literal_keeps_integers_fractions_and_strings_and_refuses_the_rest():
+    assert dump.literal(3) == 3 and dump.literal(-7) == -7
+    assert dump.literal(Fraction(-3, 2)) == "-3/2" and dump.literal(Fraction(4, 2)) == 2
+    assert dump.literal("1/3") == "1/3"
+    for wrong in (True, None, [1.0], "", object()):
+        with pytest.raises((TypeError, ValueError)):
+            dump.literal(wrong)
+    for value in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError):
+            dump.literal(value)
+        assert dump.literal(value, finite=False) == value.hex()
+    assert [dump.literal(v, finite=False) for v in (math.nan, math.inf, -math.inf)] == ["nan", "inf", "-inf"]
+
+
+def test_render_refuses_a_float_anywhere():
+    document = dump.document([[[1, None]]], theta=0)
+    document["observed"] = {"gradient": 0.5, "dtype": "float32"}  # what json.dumps would print with repr()
+    with pytest.raises(TypeError, match="float"):
+        dump.render(document)
+    document["observed"] = {"gradient": dump.literal(0.5), "dtype": "float32"}
+    assert '"0x1.0000000000000p-1"' in dump.render(document)
+
+
+def test_tokens_and_validity():
+    assert dump.tokens([1.5, 2, None]) == ["0x1.8000000000000p+0", 2, None]
+    assert dump.tokens([1.0, 2.0, 3.0], [True, False, True]) == ["0x1.0000000000000p+0", None, "0x1.8000000000000p+1"]
+    with pytest.raises(ValueError):
+        dump.tokens([1.0], [True, False])
+
+
+def test_observed_fields():
+    seen = dump.observed(dtype="float32", per_rank=[-1.5, math.nan], reduction_dtype="float16",
+                         tokens_global=7, tokens_per_rank=[3, 4], divided_by=[7, [2, 5]], mass_global=Fraction(5, 2),
+                         mass_per_rank=[1, Fraction(3, 2)], tolerance_absolute=0, tolerance_relative=Fraction(1, 1000))
+    assert seen == {"per_rank": ["-0x1.8000000000000p+0", "nan"], "dtype": "float32", "reduction_dtype": "float16",
+                    "tokens": {"global": 7, "per_rank": [3, 4], "divided_by": [7, [2, 5]]},
+                    "mass": {"global": "5/2", "per_rank": [1, "3/2"]},
+                    "tolerance": {"absolute": 0, "relative": "1/1000"}}
+    with pytest.raises(ValueError):
+        dump.observed(dtype="float32")
+    with pytest.raises(ValueError):
+        dump.observed(dtype="float32", gradient=1.0, per_rank=[1.0])
+    with pytest.raises(ValueError):
+        dump.observed(dtype="float8", gradient=1.0)
+    with pytest.raises(ValueError):
+        dump.observed(dtype="float32", gradient=1.0, tokens_global=-1)
+
+
+def run_check(executable, *paths):
+    done = subprocess.run([executable, "check", "--json", *map(str, paths)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode in (0, 1, 2), done.stderr
+    return {r["file"]: r for r in json.loads(done.stdout)["reports"]}
+
+
+def every_field_document():
+    """One document with every field the baseline format has, its values chosen to hold."""
+    ranks = [[[0.0]], [[2.0, 2.0, None], [2.0]]]
+    return dump.document(
+        ranks, world_size=2, reducer="mean", theta=0.0, description="every field: ü, \"quoted\"",
+        expect={"global_mean": Fraction(-3, 2), "local_mean": -1},
+        observed=dump.observed(dtype="float32", per_rank=[-1.0, -1.0], tokens_global=4, tokens_per_rank=[1, 3],
+                               tolerance_absolute=Fraction(1, 10**9), tolerance_relative=0),
+        expect_gate={"verdict": "fail", "explanations": ["local_mean", "microbatch_mean"]},
+        recipe={"scale": "W / N", "reducer": "mean"})
+
+
+def test_every_field_reads_back_through_normcheck(tmp_path, executable):
+    path = tmp_path / "every.json"
+    dump.write(path, every_field_document())
+    weighted = tmp_path / "weighted.json"
+    dump.write(weighted, dump.document(
+        [[[1, 2, None]], [[3], []]], weights=[[[1, Fraction(1, 2), None]], [[2], []]], theta=0,
+        observed=dump.observed(dtype="exact", gradient=Fraction(-16, 7), mass_global=Fraction(7, 2),
+                               mass_per_rank=[Fraction(3, 2), 2]),
+        expect_gate={"verdict": "pass", "explanations": []}))
+    rejected = tmp_path / "rejected.json"
+    dump.write(rejected, dump.document([[[1]], [[2]]], world_size=3, expect_error="world_size_mismatch"))
+    reports = run_check(executable, path, weighted, rejected)
+    every = reports[str(path)]
+    assert every["status"] == "pass", every["failures"]
+    assert every["gate"]["verdict"] == "fail"
+    assert [e["name"] for e in every["gate"]["diagnosis"]] == ["local_mean", "microbatch_mean"]
+    assert every["gate"]["bound_is_explicit"] and every["recipe"]["equals_objective"]
+    assert all(e["held"] for e in every["expectations"]) and len(every["expectations"]) == 2
+    assert reports[str(weighted)]["status"] == "pass" and reports[str(weighted)]["objective"] == "weighted_token_mean"
+    assert reports[str(rejected)]["status"] == "pass" and reports[str(rejected)]["error"]["code"] == "world_size_mismatch"
+    text = path.read_text(encoding="utf-8")
+    read = json.loads(text)
+    # Braces on their own lines, one member per line, and the ranks' brackets and one line per rank.
+    assert "ü" in text and text.count("\n") == 2 + (len(read) - 1) + 2 + len(read["ranks"])
+
+
+def test_the_round_trip_check_catches_a_wrong_value(tmp_path, executable):
+    document = every_field_document()
+    document["expect"]["global_mean"] = dump.literal(-1.5000001)
+    path = tmp_path / "wrong.json"
+    dump.write(path, document)
+    report = run_check(executable, path)[str(path)]
+    assert report["status"] == "fail"
+    assert [e["held"] for e in report["expectations"] if e["gradient"] == "global_mean"] == [False]
+
+
+def test_the_examples_document_keeps_its_shape():
+    parts = [dump.rank_part([([0.0], [True])], -1.0, counted_tokens=1),
+             dump.rank_part([([2.0, 2.0], [True, False]), ([2.0], [True])], -1.0, counted_tokens=2)]
+    document = dump.build_document(parts, reducer="mean", theta=0.0, dtype="float32", global_tokens=3,
+                                   description="d")
+    assert list(document) == ["format", "description", "ranks", "world_size", "reducer", "theta", "observed"]
+    assert document["ranks"][0] == {"targets": ["0x0.0p+0"]}
+    assert document["ranks"][1] == {"microbatches": [["0x1.0000000000000p+1", None], ["0x1.0000000000000p+1"]]}
+    assert document["observed"] == {"per_rank": ["-0x1.0000000000000p+0"] * 2, "dtype": "float32",
+                                    "tokens": {"global": 3, "per_rank": [1, 2]}}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Atomic writes
+
+def leftovers(folder):
+    return sorted(name for name in os.listdir(folder) if name.endswith(".tmp"))
+
+
+def test_write_replaces_whole_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text("old")
+    dump.write_atomically(path, "new text")
+    assert path.read_text() == "new text" and leftovers(tmp_path) == []
+
+
+KILLED_WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from normcheck import dump
+dump.write_atomically(sys.argv[2], "x" * 100000, pause_mid_write=60)
+"""
+
+NAIVE_WRITER = """
+import sys, time
+f = open(sys.argv[2], "w"); f.write("x" * 50000); f.flush(); time.sleep(60)
+"""
+
+
+def killed_mid_write(tmp_path, program, path):
+    """Starts a writer of 100000 bytes over `path`, kills it once half is on disk; returns what `path` holds."""
+    import normcheck
+
+    package = os.path.dirname(os.path.dirname(normcheck.__file__))
+    writer = subprocess.Popen([sys.executable, "-c", program, package, str(path)])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            sizes = [os.path.getsize(tmp_path / n) for n in os.listdir(tmp_path) if n != "keep"]
+            if any(size >= 50000 for size in sizes):
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the writer never got halfway")
+    finally:
+        writer.kill()
+        writer.wait()
+    return path.read_text()
+
+
+def test_a_killed_write_leaves_the_old_file(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text("old")
+    assert killed_mid_write(tmp_path, KILLED_WRITER, path) == "old"
+    assert len(leftovers(tmp_path)) == 1  # the temporary, which a *.json scan skips
+
+
+def test_the_interruption_check_catches_a_plain_write(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text("old")
+    assert killed_mid_write(tmp_path, NAIVE_WRITER, path) == "x" * 50000
+
+
+def test_a_symbolic_link_is_followed(tmp_path):
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    dump.write_atomically(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and leftovers(tmp_path) == []
+
+
+def test_a_fifo_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(open(fifo).read()))
+    reader.start()
+    dump.write_atomically(fifo, "through the pipe")
+    reader.join(10)
+    assert received == ["through the pipe"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and leftovers(tmp_path) == []
+
+
+def test_a_directory_is_an_error(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        dump.write_atomically(tmp_path, "x")
+
+
+def test_fields_of_issue_15_read_back_through_normcheck(tmp_path, executable):
+    """Non-finite observed values, reduction_dtype and divided_by, as the probe writes them."""
+    empty = tmp_path / "nan.json"
+    dump.write(empty, dump.document([[[1, 1], []], [[2]]], world_size=2, theta=0,
+                                    observed=dump.observed(dtype="float32", per_rank=[math.nan, math.nan])))
+    halved = tmp_path / "float16.json"
+    # The objective −5/3 as float16 holds it: the correct gradient after a float16 all-reduce.
+    dump.write(halved, dump.document([[[1, 1]], [[3]]], world_size=2, theta=0,
+                                     observed=dump.observed(dtype="float32", reduction_dtype="float16",
+                                                            per_rank=[-1.6669921875, -1.6669921875])))
+    divided = tmp_path / "divided.json"
+    dump.write(divided, dump.document([[[1, 1]], [[3]]], world_size=2, theta=0,
+                                      observed=dump.observed(dtype="float32", per_rank=[-2.0, -2.0],
+                                                             divided_by=[2, 1])))
+    reports = run_check(executable, empty, halved, divided)
+    nan = reports[str(empty)]
+    assert nan["status"] == "fail" and nan["gate"]["verdict"] == "fail", nan.get("error")
+    assert "mean_of_empty" in [e["name"] for e in nan["gate"]["diagnosis"]]
+    assert reports[str(halved)]["status"] == "pass", reports[str(halved)].get("error") or reports[str(halved)]["failures"]
+    denominator = [c for c in (reports[str(divided)].get("gate") or {}).get("checks", []) if c["name"] == "denominator"]
+    assert denominator and not denominator[0]["passed"], reports[str(divided)].get("error")
+
+
+def test_a_float16_reduced_gradient_declared_float32_fails(tmp_path, executable):
+    """Why reduction_dtype exists: without it, the float16 rounding is far outside the float32 bound."""
+    path = tmp_path / "float16-as-float32.json"
+    dump.write(path, dump.document([[[1, 1]], [[3]]], world_size=2, theta=0,
+                                   observed=dump.observed(dtype="float32", per_rank=[-1.6669921875] * 2)))
+    report = run_check(executable, path)[str(path)]
+    assert report["status"] == "fail" and report["gate"]["verdict"] == "fail"

@@ -1,0 +1,91 @@
+"""normcheck.launch: results come back, failures and hangs end the launch within its time limit."""
+
+import os
+import socket
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from normcheck import launch as launching  # noqa: E402
+from normcheck.check import NormcheckFailure, Verdict  # noqa: E402
+from normcheck.launch import LaunchError, launch  # noqa: E402
+
+
+def rank_and_sum(rank, world_size, probe, offset):
+    value = torch.tensor(float(rank))
+    dist.all_reduce(value)
+    return {"rank": rank, "world_size": world_size, "sum": value.item() + offset, "pid": os.getpid(),
+            "factory": (probe.rank, probe.world_size)}
+
+
+def test_every_rank_runs_the_step_in_one_group():
+    results = launch(rank_and_sum, 3, args=(10,), timeout=60)
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert {r["sum"] for r in results} == {13.0} and len({r["pid"] for r in results}) == 3
+    assert [r["factory"] for r in results] == [(0, 3), (1, 3), (2, 3)]
+
+
+def skips_its_collective(rank, world_size, probe):
+    side = dist.new_group()
+    if rank == 1:
+        print("rank 1 holds no token and skips its step", flush=True)
+        dist.barrier(group=side)  # waits at the end of the step for rank 0, which waits for it
+        return "unreachable"
+    dist.all_reduce(torch.ones(1))  # waits for rank 1 forever
+    return "unreachable"
+
+
+def test_a_hung_rank_fails_the_launch_at_its_time_limit():
+    limit = 4.0
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match="time limit of 4 s: killed rank") as raised:
+        launch(skips_its_collective, 2, timeout=limit)
+    seconds = time.monotonic() - started
+    assert limit <= seconds < limit + 15
+    assert "rank(s) 0" in str(raised.value)
+
+
+def raises_on_rank_one(rank, world_size, probe):
+    if rank == 1:
+        raise ValueError("a bug on rank 1")
+    dist.barrier()  # rank 0 would wait here for ever
+    return "unreachable"
+
+
+def test_an_exception_on_one_rank_ends_the_launch_early_with_its_traceback():
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as raised:
+        launch(raises_on_rank_one, 2, timeout=60)
+    assert time.monotonic() - started < 30  # the other rank is killed, not waited for
+    message = str(raised.value)
+    assert "ValueError: a bug on rank 1" in message and "killed rank(s) 0" in message
+
+
+def fails_the_gate(rank, world_size, probe):
+    verdict = Verdict(file="f.json", status="fail", verdict="fail", diagnosis=("local_mean",), message="diagnosis")
+    raise NormcheckFailure("normcheck: the gate FAILED on f.json", [verdict])
+
+
+def test_a_failed_gate_comes_back_as_the_assertion_with_its_diagnosis():
+    with pytest.raises(NormcheckFailure, match="the gate FAILED") as raised:
+        launch(fails_the_gate, 2, timeout=60)
+    assert raised.value.explanations == ("local_mean",)
+
+
+def test_a_port_taken_meanwhile_is_tried_again(monkeypatch):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = [taken.getsockname()[1]]
+    real = launching.free_port
+    monkeypatch.setattr(launching, "free_port", lambda: ports.pop(0) if ports else real())
+    try:
+        assert [r["sum"] for r in launch(rank_and_sum, 2, args=(0,), timeout=60)] == [1.0, 1.0]
+        ports.append(taken.getsockname()[1])
+        with pytest.raises(LaunchError, match="(?i)address already in use"):
+            launch(rank_and_sum, 2, args=(0,), timeout=60, attempts=1)
+    finally:
+        taken.close()
