@@ -42,6 +42,7 @@ _DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.bfloat
 # Unit roundoff by dtype name, to pick the coarsest arithmetic the probe's gradient met.
 _ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 _files = itertools.count()
+_default_folder: Optional[str] = None  # one temporary folder per process for dumps nobody placed
 
 
 class ProbeError(RuntimeError):
@@ -636,6 +637,8 @@ class Probe:
                                      f"had {seen}")
         except ProbeError as e:
             part["error"] = str(e)
+        except Exception as e:  # reported, not raised: the other ranks are about to wait for this one
+            part["error"] = f"rank {part['rank']}: {type(e).__name__}: {e}"
         return part
 
     def _document(self, parts: List[Dict[str, Any]], description: Optional[str]) -> Tuple[Dict[str, Any], str]:
@@ -687,9 +690,12 @@ class Probe:
     def _output_path(self, path: Optional[str]) -> str:
         if path is not None:
             return os.fspath(path)
+        global _default_folder
         folder = self.directory or os.environ.get("NORMCHECK_PROBE_DIR")
         if not folder:
-            folder = self.directory = tempfile.mkdtemp(prefix="normcheck-probe-")
+            if _default_folder is None:
+                _default_folder = tempfile.mkdtemp(prefix="normcheck-probe-")
+            folder = _default_folder
         os.makedirs(folder, exist_ok=True)
         return os.path.join(folder, f"probe-{os.getpid()}-{next(_files):03d}.json")
 

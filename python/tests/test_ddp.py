@@ -105,3 +105,4 @@ def test_update_unchanged(world_size, dtype, g, patched, hook, executable):
     for rank, results in enumerate(ranks):
         update = results["updates"][(g, patched, hook)]
         assert update["equal"], f"rank {rank}: the probed update differs from the unprobed one"
+

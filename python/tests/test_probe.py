@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+import tiny_lm  # noqa: E402
 from normcheck import torch as probing  # noqa: E402
 from normcheck.torch import Probe, ProbeError  # noqa: E402
 
@@ -424,3 +425,12 @@ def test_torch_default_hooks_are_known_by_identity_and_by_name():
     assert probing._known_hook("my_hook", None) == (None, None)
     wrapped = default_hooks.fp16_compress_wrapper(default_hooks.allreduce_hook)
     assert probing._known_hook(None, wrapped) == (None, "float16")
+
+
+def test_the_update_comparison_catches_one_ulp_and_the_sign_of_a_zero():
+    weights = [torch.tensor([1.0, 0.0, float("nan")]), torch.ones(2, dtype=torch.float64)]
+    assert tiny_lm.bitwise_equal(weights, [w.clone() for w in weights])
+    one_ulp = [weights[0].clone(), torch.nextafter(weights[1], torch.full_like(weights[1], 2.0))]
+    assert not tiny_lm.bitwise_equal(weights, one_ulp)
+    negative_zero = [torch.tensor([1.0, -0.0, float("nan")]), weights[1]]
+    assert not tiny_lm.bitwise_equal(weights, negative_zero)
