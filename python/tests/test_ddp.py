@@ -51,13 +51,20 @@ def every_step(rank, world_size, probe, dtype_name):
 _launches = {}
 
 
-def launched(world_size, dtype, executable):
+@pytest.fixture(scope="session")
+def dumps(tmp_path_factory):
+    """Where the launches' probes write their dumps (kept with pytest's temporary folders)."""
+    return tmp_path_factory.mktemp("dumps")
+
+
+def launched(world_size, dtype, executable, folder):
     """Every rank's results of the (W, dtype) launch, run once per session."""
     key = (world_size, dtype)
     if key not in _launches:
         started = time.monotonic()
         try:
-            _launches[key] = launch(every_step, world_size, args=(dtype,), executable=executable, timeout=240)
+            _launches[key] = launch(every_step, world_size, args=(dtype,), executable=executable, timeout=240,
+                                    directory=str(folder / f"w{world_size}-{dtype}"))
         except Exception as e:
             _launches[key] = e
         print(f"launch W={world_size} {dtype}: {time.monotonic() - started:.1f} s")
@@ -75,8 +82,8 @@ def verdict_cases():
 
 
 @pytest.mark.parametrize("world_size, dtype, g, variant, patched", verdict_cases())
-def test_verdict(world_size, dtype, g, variant, patched, executable):
-    ranks = launched(world_size, dtype, executable)
+def test_verdict(world_size, dtype, g, variant, patched, executable, dumps):
+    ranks = launched(world_size, dtype, executable, dumps)
     results = [rank["verdicts"][(g, variant, patched)] for rank in ranks]
     first = results[0]
     assert "exception" not in first, first.get("exception")
@@ -99,9 +106,9 @@ def update_cases():
 
 
 @pytest.mark.parametrize("world_size, dtype, g, patched, hook", update_cases())
-def test_update_unchanged(world_size, dtype, g, patched, hook, executable):
+def test_update_unchanged(world_size, dtype, g, patched, hook, executable, dumps):
     """AdamW with weight decay and clipping: the weights after one step are bitwise those without the probe."""
-    ranks = launched(world_size, dtype, executable)
+    ranks = launched(world_size, dtype, executable, dumps)
     for rank, results in enumerate(ranks):
         update = results["updates"][(g, patched, hook)]
         assert update["equal"], f"rank {rank}: the probed update differs from the unprobed one"

@@ -21,8 +21,8 @@ def rank_and_sum(rank, world_size, probe, offset):
             "factory": (probe.rank, probe.world_size)}
 
 
-def test_every_rank_runs_the_step_in_one_group():
-    results = launch(rank_and_sum, 3, args=(10,), timeout=60)
+def test_every_rank_runs_the_step_in_one_group(tmp_path):
+    results = launch(rank_and_sum, 3, args=(10,), timeout=60, directory=str(tmp_path))
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert {r["sum"] for r in results} == {13.0} and len({r["pid"] for r in results}) == 3
     assert [r["factory"] for r in results] == [(0, 3), (1, 3), (2, 3)]
@@ -38,11 +38,11 @@ def skips_its_collective(rank, world_size, probe):
     return "unreachable"
 
 
-def test_a_hung_rank_fails_the_launch_at_its_time_limit():
+def test_a_hung_rank_fails_the_launch_at_its_time_limit(tmp_path):
     limit = 4.0
     started = time.monotonic()
     with pytest.raises(LaunchError, match="time limit of 4 s: killed rank") as raised:
-        launch(skips_its_collective, 2, timeout=limit)
+        launch(skips_its_collective, 2, timeout=limit, directory=str(tmp_path))
     seconds = time.monotonic() - started
     assert limit <= seconds < limit + 15
     assert "rank(s) 0" in str(raised.value)
@@ -55,10 +55,10 @@ def raises_on_rank_one(rank, world_size, probe):
     return "unreachable"
 
 
-def test_an_exception_on_one_rank_ends_the_launch_early_with_its_traceback():
+def test_an_exception_on_one_rank_ends_the_launch_early_with_its_traceback(tmp_path):
     started = time.monotonic()
     with pytest.raises(LaunchError) as raised:
-        launch(raises_on_rank_one, 2, timeout=60)
+        launch(raises_on_rank_one, 2, timeout=60, directory=str(tmp_path))
     assert time.monotonic() - started < 30  # the other rank is killed, not waited for
     message = str(raised.value)
     assert "ValueError: a bug on rank 1" in message
@@ -71,13 +71,13 @@ def fails_the_gate(rank, world_size, probe):
     raise NormcheckFailure("normcheck: the gate FAILED on f.json", [verdict])
 
 
-def test_a_failed_gate_comes_back_as_the_assertion_with_its_diagnosis():
+def test_a_failed_gate_comes_back_as_the_assertion_with_its_diagnosis(tmp_path):
     with pytest.raises(NormcheckFailure, match="the gate FAILED") as raised:
-        launch(fails_the_gate, 2, timeout=60)
+        launch(fails_the_gate, 2, timeout=60, directory=str(tmp_path))
     assert raised.value.explanations == ("local_mean",)
 
 
-def test_a_port_taken_meanwhile_is_tried_again(monkeypatch):
+def test_a_port_taken_meanwhile_is_tried_again(monkeypatch, tmp_path):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -85,10 +85,11 @@ def test_a_port_taken_meanwhile_is_tried_again(monkeypatch):
     real = launching.free_port
     monkeypatch.setattr(launching, "free_port", lambda: ports.pop(0) if ports else real())
     try:
-        assert [r["sum"] for r in launch(rank_and_sum, 2, args=(0,), timeout=60)] == [1.0, 1.0]
+        results = launch(rank_and_sum, 2, args=(0,), timeout=60, directory=str(tmp_path))
+        assert [r["sum"] for r in results] == [1.0, 1.0]
         ports.append(taken.getsockname()[1])
         with pytest.raises(LaunchError, match="(?i)address already in use"):
-            launch(rank_and_sum, 2, args=(0,), timeout=60, attempts=1)
+            launch(rank_and_sum, 2, args=(0,), timeout=60, attempts=1, directory=str(tmp_path))
     finally:
         taken.close()
 
@@ -114,8 +115,8 @@ def one_rank_moves_p(rank, world_size, probe):
     return "passed"
 
 
-def test_misuse_on_one_rank_is_reported_on_every_rank_without_a_hang():
+def test_misuse_on_one_rank_is_reported_on_every_rank_without_a_hang(tmp_path):
     started = time.monotonic()
-    messages = launch(one_rank_moves_p, 2, timeout=60)
+    messages = launch(one_rank_moves_p, 2, timeout=60, directory=str(tmp_path))
     assert time.monotonic() - started < 30
     assert messages[0] == messages[1] and "p is 1.0, not 0" in messages[0]

@@ -66,7 +66,7 @@ def main():
     environment = dict(os.environ, NORMCHECK=os.path.abspath(options.normcheck),
                        PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])),
                        PYTHONDONTWRITEBYTECODE="1")
-    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--durations=5",
+    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "--durations=5",
                f"--basetemp={options.basetemp}", *arguments]
     print(f"interpreter: {python}\n$ {' '.join(command)}", flush=True)
     done = subprocess.run(command, env=environment, cwd=options.source, stdout=subprocess.PIPE,
