@@ -380,7 +380,11 @@ class Probe:
         in ``inseparable`` from the objective and the gate will conclude ``inconclusive``.
         """
         table = [[int(n) for n in rank] for rank in counts]
-        dtype = _dtype_name(self.parameter.dtype)
+        # The arithmetic the dump will declare: p's, or the model's when coarser (a float32 model's
+        # losses are float32 even with a float64 p), so that the separation holds at that dtype.
+        names = {_dtype_name(self.parameter.dtype)}
+        names.update(_DTYPE_NAMES[q.dtype] for q in self.model_parameters() if q.dtype in _DTYPE_NAMES)
+        dtype = max(names, key=_ROUNDOFF.__getitem__)
         distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         outcome: Any = None
         if not distributed or dist.get_rank() == 0:
@@ -394,6 +398,8 @@ class Probe:
             outcome = box[0]
         if isinstance(outcome, Exception):
             raise outcome
+        if str(outcome.partition.get("theta", 0)) not in ("0", "0x0.0p+0"):
+            raise NormcheckError(f"normcheck suggested θ = {outcome.partition['theta']}; the probe needs θ = 0")
         if distributed and len(table) != dist.get_world_size():
             raise ProbeError(f"counts for {len(table)} ranks, but the group has {dist.get_world_size()}")
         for r, (rank, wanted) in enumerate(zip(outcome.targets, table)):

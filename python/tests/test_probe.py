@@ -434,3 +434,47 @@ def test_the_update_comparison_catches_one_ulp_and_the_sign_of_a_zero():
     assert not tiny_lm.bitwise_equal(weights, one_ulp)
     negative_zero = [torch.tensor([1.0, -0.0, float("nan")]), weights[1]]
     assert not tiny_lm.bitwise_equal(weights, negative_zero)
+
+
+def fake_suggest(tmp_path, partition, status=0):
+    """A normcheck that answers `suggest --counts` with `partition` and records its arguments."""
+    import json
+
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps({"partition": partition, "separation": "7", "closest_pair": "a and b",
+                                  "inseparable": [], "required": 100}))
+    program = tmp_path / "normcheck"
+    program.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/arguments"\ncat "{answer}"\nexit {status}\n')
+    program.chmod(0o755)
+    return str(program)
+
+
+def test_plan_maps_the_suggested_targets_to_the_valid_tokens(tmp_path):
+    partition = {"format": "normcheck/1", "ranks": [{"microbatches": [[4, -3, 9], [1]]}], "theta": 0}
+    model = Head()  # float32: p is float64, the losses float32
+    probe = Probe(model, executable=fake_suggest(tmp_path, partition))
+    suggestion = probe.plan([[3, 1]])
+    assert suggestion.separated and probe.suggestion is suggestion
+    assert (tmp_path / "arguments").read_text().split()[-3:] == ["--dtype", "float32", "--json"]
+    probe.add(torch.zeros(4, requires_grad=True), torch.tensor([5, -100, 6, 7])).sum().backward()
+    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([-100, 1])).sum().backward()
+    assert [b.values for b in probe._microbatches] == [[4, None, -3, 9], [None, 1]]
+    assert probe.parameter.grad.item() == -(4 - 3 + 9 + 1)
+    with pytest.raises(ProbeError, match="no microbatch 2"):
+        probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1]))
+    probe = Probe(Head(), executable=fake_suggest(tmp_path, partition))
+    probe.plan([[3, 1]])
+    with pytest.raises(ProbeError, match="more valid tokens than the 3"):
+        probe.add(torch.zeros(4, requires_grad=True), torch.tensor([1, 1, 1, 1]))
+
+
+def test_a_step_whose_counts_differ_from_the_plan_is_refused(tmp_path):
+    partition = {"format": "normcheck/1", "ranks": [{"targets": [4, 5, 6]}], "theta": 0}
+    probe = Probe(Head(), executable=fake_suggest(tmp_path, partition))
+    probe.plan([[3]])
+    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1])).sum().backward()
+    with pytest.raises(ProbeError, match=r"plan was made for counts \[3\], the step had \[2\]"):
+        probe.judge()
+    shifted = {"format": "normcheck/1", "ranks": [{"targets": [4, 5, 6]}], "theta": 1}
+    with pytest.raises(probing.NormcheckError, match="θ = 0"):
+        Probe(Head(), executable=fake_suggest(tmp_path, shifted)).plan([[3]])
