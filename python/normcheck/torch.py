@@ -499,10 +499,11 @@ class Probe:
         loss = original(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
         if not torch.is_grad_enabled():
             return loss
-        if size_average is not None or reduce is not None:
-            from torch.nn import _reduction
-
-            reduction = _reduction.legacy_get_string(size_average, reduce, emit_warning=False)
+        if size_average is not None or reduce is not None:  # the legacy arguments, as torch maps them
+            if reduce is False:
+                reduction = "none"
+            else:
+                reduction = "sum" if size_average is False else "mean"
         if target.is_floating_point():
             raise ProbeError("cross_entropy with class-probability targets: the probe needs class indices "
                              "(use probe.add on a per-token loss instead)")

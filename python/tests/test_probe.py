@@ -118,17 +118,24 @@ def test_the_probe_gradient_check_catches_a_mean_over_every_position():
 
 
 @pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated")
-def test_legacy_reduction_arguments_are_kept():
+@pytest.mark.parametrize("size_average, reduce", [(False, None), (True, None), (None, False), (False, True),
+                                                  (True, False), (None, True)])
+def test_legacy_reduction_arguments_are_kept(size_average, reduce):
     x, labels = inputs()
+    logits_of = lambda model: model(x)[:, :-1].reshape(-1, CLASSES)  # noqa: E731
+    targets = labels[:, 1:].reshape(-1)
     plain = Head()
-    expected = F.cross_entropy(plain(x)[:, :-1].reshape(-1, CLASSES), labels[:, 1:].reshape(-1), size_average=False)
+    expected = F.cross_entropy(logits_of(plain), targets, size_average=size_average, reduce=reduce)
     model = Head()
     probe = Probe(model)
     with probe.step():
-        got = F.cross_entropy(model(x)[:, :-1].reshape(-1, CLASSES), labels[:, 1:].reshape(-1), size_average=False)
-        got.backward()
+        got = F.cross_entropy(logits_of(model), targets, size_average=size_average, reduce=reduce)
+        got.sum().backward()
     assert same_bits(got, expected)
-    assert probe.parameter.grad.item() == -2.0 * int((labels[:, 1:] != -100).sum())  # a sum, not a mean
+    valid = int((targets != -100).sum())
+    # torch's mapping: reduce=False is 'none'; otherwise size_average=False is 'sum', else 'mean'.
+    summed = reduce is False or size_average is False
+    assert probe.parameter.grad.item() == (-2.0 * valid if summed else -2.0)
 
 
 def test_the_wrapping_ends_with_the_step():
