@@ -376,8 +376,9 @@ class Probe:
         ``counts[r][m]`` is the number of valid tokens rank r's loss will see in microbatch m (all ranks:
         see ``gather_counts``). Collective when a process group is up: rank 0 runs normcheck and every
         rank gets its answer. The i-th valid token of (r, m) then gets the i-th target normcheck chose
-        there. Returns the suggestion; when ``separated`` is False, the counts cannot tell the mistakes
-        in ``inseparable`` from the objective and the gate will conclude ``inconclusive``.
+        there. The plan holds for the next checked step only. Returns the suggestion; when ``separated``
+        is False, the counts cannot tell the mistakes in ``inseparable`` from the objective and the gate
+        will conclude ``inconclusive``.
         """
         table = [[int(n) for n in rank] for rank in counts]
         # The arithmetic the dump will declare: p's, or the model's when coarser (a float32 model's
@@ -748,6 +749,7 @@ class Probe:
             dist.broadcast_object_list(box, src=0)
             outcome = box[0]
         self._reset()
+        self._plan = None  # a plan is made for one step's counts
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
