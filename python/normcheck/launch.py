@@ -89,6 +89,7 @@ def _worker(rank: int, world_size: int, port: int, step: Callable[..., Any], arg
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     status = 0
+    joined = False
     try:
         os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                            "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
@@ -100,6 +101,7 @@ def _worker(rank: int, world_size: int, port: int, step: Callable[..., Any], arg
         torch.set_num_threads(settings["threads"])
         dist.init_process_group(settings["backend"], init_method="env://", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=settings["collective_timeout"]))
+        joined = True
         factory = ProbeFactory(rank, world_size, settings["executable"], settings["directory"])
         value = step(rank, world_size, factory, *args)
         outcome: Dict[str, Any] = {"kind": "ok", "value": value}
@@ -107,8 +109,9 @@ def _worker(rank: int, world_size: int, port: int, step: Callable[..., Any], arg
         outcome = {"kind": "failure", "failure": e}
     except BaseException as e:
         status = 1
-        outcome = {"kind": "error", "text": traceback.format_exc(),
-                   "port_taken": "address already in use" in str(e).lower() or "EADDRINUSE" in str(e)}
+        # A group that could not form (the port taken between choosing and binding it, a connection
+        # reset while the ranks meet) is worth another attempt on another port; a step that failed is not.
+        outcome = {"kind": "error", "text": traceback.format_exc(), "retry": not joined}
     try:
         _write_result(folder, rank, outcome)
     except BaseException:
@@ -165,8 +168,9 @@ def launch(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any]
     ``timeout`` (seconds) bounds the whole launch: past it every rank still running is killed and
     ``LaunchError`` names them. ``start_method`` 'fork' (fast; the step may be a closure) or 'spawn'
     (the step must be importable). ``executable`` and ``directory`` configure the probes the step
-    attaches (the normcheck executable; where dumps go). A port taken between choosing and binding it
-    is retried up to ``attempts`` times. Raises ``NormcheckFailure`` when the step's check failed.
+    attaches (the normcheck executable; where dumps go). A group that cannot form (its port taken
+    between choosing and binding it, a connection reset while the ranks meet) is tried again on another
+    port, up to ``attempts`` times. Raises ``NormcheckFailure`` when the step's check failed.
     """
     if world_size < 1:
         raise ValueError("world_size must be at least 1")
@@ -192,7 +196,7 @@ def launch(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any]
                     outcomes.append(None)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        if any(o is not None and o.get("port_taken") for o in outcomes) and attempt + 1 < attempts:
+        if any(o is not None and o.get("retry") for o in outcomes) and attempt + 1 < attempts:
             continue
         break
     seconds = time.monotonic() - started
