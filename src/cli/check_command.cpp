@@ -37,6 +37,7 @@ outcome run_check(const check_command_options& options) {
   const run_summary summary = summarize(reports);
   if (options.json) std::cout << json_report(reports);
   else print_summary(std::cout, summary);
+  std::cout.flush();  // what is on standard output comes first when a report goes there too (/dev/stdout)
   if (!options.junit.empty()) write_file_atomically(options.junit, junit_report(reports));
   if (!options.output.empty()) write_file_atomically(options.output, json_report(reports));
   if (summary.errors > 0) return outcome::rejected;
@@ -52,12 +53,14 @@ void add_check_command(CLI::App& app, action& run) {
       app.add_subcommand("check", "Check normcheck/1 partition files (a directory: its *.json, recursively, sorted)");
   check->add_option("paths", options->paths, "Partition files or directories")->required();
   check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
-  check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)");
+  check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)")
+      ->check(output_path());
   check->add_flag("--require-gate", options->checking.require_gate,
                   "Fail every file that carries no observed result for the gate (a CI gate that judges nothing fails)");
   add_reader_limits(*check, options->checking.limits);
   check->add_option("--output", options->output,
-                    "Also write the --json report to this file (a temporary file renamed into place: never half-written)");
+                    "Also write the --json report to this file (a temporary file renamed into place: never half-written)")
+      ->check(output_path());
   check->callback([&run, options] { run = [options] { return run_check(*options); }; });
 }
 

@@ -23,6 +23,9 @@ using action = std::function<outcome()>;
 /// Registers --max-depth, --max-file-size, --max-digits and --max-exponent on a command that reads documents.
 void add_reader_limits(CLI::App& command, reader_limits& limits);
 
+/// Refuses an empty path for an option that names an output file.
+const CLI::Validator& output_path();
+
 void add_check_command(CLI::App& app, action& run);
 void add_reference_command(CLI::App& app, action& run);
 void add_simulate_command(CLI::App& app, action& run);

@@ -88,9 +88,10 @@ void add_demo_command(CLI::App& app, action& run) {
   demo->add_option("name", options->name, "The demo to run: derivation, accumulation, reducers or disguise");
   demo->add_flag("--markdown", options->markdown, "Write Markdown for notes and slides instead of plain text");
   demo->add_option("--partition", options->partition_file, "Run the demo on this normcheck/1 partition file");
-  demo->add_option("--svg", options->svg_file, "Also draw the demo's figure into this SVG file");
+  demo->add_option("--svg", options->svg_file, "Also draw the demo's figure into this SVG file")->check(output_path());
   demo->add_option("--html", options->html_file,
-                   "Write every demo, its figures and the lab as one self-contained HTML page to this file");
+                   "Write every demo, its figures and the lab as one self-contained HTML page to this file")
+      ->check(output_path());
   demo->callback([&run, options] { run = [options] { return run_demo_command(*options); }; });
 }
 

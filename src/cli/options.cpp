@@ -17,4 +17,14 @@ void add_reader_limits(CLI::App& command, reader_limits& limits) {
       ->check(CLI::Range(0, 100000000));
 }
 
+const CLI::Validator& output_path() {
+  static const CLI::Validator validator(
+      [](std::string& path) {
+        return path.empty() ? std::string("an output path must not be empty (a report is never silently dropped)")
+                            : std::string();
+      },
+      "PATH");
+  return validator;
+}
+
 }  // namespace normcheck::cli

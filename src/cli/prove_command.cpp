@@ -86,7 +86,8 @@ void add_prove_command(CLI::App& app, action& run) {
       ->required();
   prove->add_option("--reducer", options->reducer, "mean (DDP's default) or sum")->capture_default_str();
   prove->add_option("--objective", options->objective, "token_mean or weighted_token_mean")->capture_default_str();
-  prove->add_option("--counterexample", options->counterexample, "Write the counterexample partition file here");
+  prove->add_option("--counterexample", options->counterexample, "Write the counterexample partition file here")
+      ->check(output_path());
   prove->callback([&run, options] { run = [options] { return run_prove(*options); }; });
 }
 

@@ -115,7 +115,8 @@ void add_suggest_command(CLI::App& app, action& run) {
   suggest->add_flag("--json", options->json,
                     "Print {\"partition\": ..., \"separation\", \"closest_pair\", \"inseparable\", \"ambiguous\", "
                     "\"required\"} instead of the partition alone");
-  suggest->add_option("--output,-o", options->output, "Write to this file instead of standard output");
+  suggest->add_option("--output,-o", options->output, "Write to this file instead of standard output")
+      ->check(output_path());
   suggest->callback([&run, options] { run = [options] { return run_suggest(*options); }; });
 }
 

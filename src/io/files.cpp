@@ -2,7 +2,9 @@
 
 #include "normcheck/core/errors.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -88,45 +90,147 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
 }
 
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
-  const std::string target = path.string();
-  auto fail = [&](const std::string& what) {
-    location where;
-    where.file = target;
-    throw error(error_code::io_error, what + ": " + std::strerror(errno), where);
-  };
-  std::string temporary = target + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) fail("cannot create a temporary file beside it");
+namespace {
+
+// The path a guard protects, kept where a signal handler can read it without allocating.
+char guarded_path[4096];
+volatile std::sig_atomic_t guarding = 0;
+struct sigaction previous_terminate {};
+struct sigaction previous_interrupt {};
+
+extern "C" void remove_guarded_file(int signal_number) {
+  if (guarding) ::unlink(guarded_path);
+  // Die of the same signal, as the interrupted process would have without the guard.
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
+}
+
+[[noreturn]] void fail_writing(const std::string& path, const std::string& what, int cause) {
+  location where;
+  where.file = path;
+  throw error(error_code::io_error, cause ? what + ": " + std::strerror(cause) : what, where);
+}
+
+// Where a report for `path` goes: the file to replace atomically, or a descriptor, device or FIFO to
+// write through. Symbolic links are followed to the file they name; a link into /proc/*/fd or /dev/fd
+// (/dev/stdout is one) names an open descriptor and is written through.
+struct output_target {
+  std::string path;
+  bool write_through = false;
+};
+
+output_target resolve_output(const std::string& path) {
+  std::filesystem::path current = path;
+  for (int hops = 0; hops <= 40; ++hops) {
+    struct stat link {};
+    if (::lstat(current.c_str(), &link) != 0) {
+      if (errno == ENOENT) return {current.string(), false};  // created, beside its missing name
+      fail_writing(path, "cannot be examined", errno);
+    }
+    if (!S_ISLNK(link.st_mode)) {
+      struct stat info {};
+      if (::stat(current.c_str(), &info) != 0) fail_writing(path, "cannot be examined", errno);
+      if (S_ISDIR(info.st_mode)) fail_writing(path, "is a directory where a report file was expected", 0);
+      if (S_ISBLK(info.st_mode)) fail_writing(path, "is a block device: a report is not written onto a disk", 0);
+      return {current.string(), !S_ISREG(info.st_mode)};  // a character device, FIFO or socket: written through
+    }
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::read_symlink(current, ec);
+    if (ec) fail_writing(path, "its symbolic link cannot be read", ec.value());
+    const std::string text = target.string();
+    if (text.rfind("/proc/", 0) == 0 && text.find("/fd/") != std::string::npos) return {path, true};
+    if (text.rfind("/dev/fd/", 0) == 0) return {path, true};
+    current = target.is_absolute() ? target : current.parent_path() / target;
+  }
+  fail_writing(path, "is a loop of symbolic links", 0);
+}
+
+// Appends `content` to what `path` names (a device, a FIFO, a descriptor), without replacing it.
+void write_through(const std::string& path, std::string_view content) {
+  // Not blocking on a FIFO that nobody reads; blocking again once open, to write it all.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    fail_writing(path, errno == ENXIO ? "is a FIFO or socket that no process reads" : "cannot be opened for writing",
+                 errno == ENXIO ? 0 : errno);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int cause = n < 0 ? errno : EIO;
       ::close(fd);
-      ::unlink(temporary.c_str());
-      fail("cannot write");
+      fail_writing(path, "cannot write", cause);
     }
     written += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::fchmod(fd, 0644) != 0) {
+  if (::close(fd) != 0) fail_writing(path, "cannot write", errno);
+}
+
+// Writes a temporary file beside `target`, flushes it, renames it over `target` and flushes the directory.
+void replace_atomically(const std::string& shown, const std::string& target, std::string_view content) {
+  std::string temporary = target + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
+  if (fd < 0) fail_writing(shown, "cannot create a temporary file beside it", errno);
+  const temporary_file_guard guard(temporary);
+  auto abandon = [&](const std::string& what) {
+    const int cause = errno;
     ::close(fd);
     ::unlink(temporary.c_str());
-    fail("cannot flush");
+    fail_writing(shown, what, cause);
+  };
+  std::size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) abandon("cannot write");
+    written += static_cast<std::size_t>(n);
   }
+  if (::fsync(fd) != 0 || ::fchmod(fd, 0644) != 0) abandon("cannot flush");
   ::close(fd);
   if (std::rename(temporary.c_str(), target.c_str()) != 0) {
+    const int cause = errno;
     ::unlink(temporary.c_str());
-    fail("cannot rename the temporary file over it");
+    fail_writing(shown, "cannot rename the temporary file over it", cause);
   }
   // The rename is durable once the directory that holds the name is flushed too.
-  const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path where(target);
+  const std::filesystem::path parent = where.has_parent_path() ? where.parent_path() : std::filesystem::path(".");
   const int directory = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (directory < 0 || ::fsync(directory) != 0) {
+    const int cause = errno;
     if (directory >= 0) ::close(directory);
-    fail("written in full, but its directory could not be flushed to disk");
+    fail_writing(shown, "written in full, but its directory could not be flushed to disk", cause);
   }
   ::close(directory);
+}
+
+}  // namespace
+
+temporary_file_guard::temporary_file_guard(const std::string& path) {
+  const std::size_t length = std::min(path.size(), sizeof guarded_path - 1);
+  std::memcpy(guarded_path, path.data(), length);
+  guarded_path[length] = '\0';
+  struct sigaction action {};
+  action.sa_handler = remove_guarded_file;
+  ::sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, &previous_terminate);
+  ::sigaction(SIGINT, &action, &previous_interrupt);
+  guarding = 1;
+}
+
+temporary_file_guard::~temporary_file_guard() {
+  guarding = 0;
+  ::sigaction(SIGTERM, &previous_terminate, nullptr);
+  ::sigaction(SIGINT, &previous_interrupt, nullptr);
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  const std::string shown = path.string();
+  if (shown.empty()) throw error(error_code::usage_error, "an output path must not be empty");
+  const output_target target = resolve_output(shown);
+  if (target.write_through) write_through(target.path, content);
+  else replace_atomically(shown, target.path, content);
 }
 
 }  // namespace normcheck

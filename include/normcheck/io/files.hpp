@@ -20,9 +20,22 @@ inline constexpr std::string_view standard_input_name = "<stdin>";
 /// `error(limit_exceeded)`. Never blocks on a FIFO. The path "-" reads standard input to its end.
 std::string load_file(const std::filesystem::path& path, const reader_limits& limits = {});
 
-/// Writes `content` to a temporary file beside `path`, flushes it, renames it over `path` and flushes the
-/// directory, so that the new name survives a crash.
-/// Throws `error(io_error)` naming the path when it cannot.
+/// Writes a report so that it never destroys what `path` names. A regular file, or a path that does not
+/// exist yet, is replaced atomically: a temporary file beside it, flushed, renamed over it, the directory
+/// flushed, so an interrupted run leaves the old file or the new one, never half of one (and SIGTERM or
+/// SIGINT remove the temporary file). A symbolic link is followed and its target replaced. A character
+/// device, a FIFO or an open descriptor (/dev/stdout) is written through, never replaced. A directory or a
+/// block device is an `io_error`, and so is any failure, naming the path; an empty path is `usage_error`.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+/// While it lives, SIGTERM and SIGINT first remove the file at `path`, then end the process as they would
+/// have. One guard at a time; the previous handlers come back when it ends.
+class temporary_file_guard {
+public:
+  explicit temporary_file_guard(const std::string& path);
+  ~temporary_file_guard();
+  temporary_file_guard(const temporary_file_guard&) = delete;
+  temporary_file_guard& operator=(const temporary_file_guard&) = delete;
+};
 
 }  // namespace normcheck
