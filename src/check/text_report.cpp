@@ -1,19 +1,27 @@
 #include "normcheck/check/text_report.hpp"
 
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/io/text.hpp"
 
 namespace normcheck {
 
 namespace {
 
+// Lines that hold text from the input (messages, claims, a scenario's summary) are shown with every control
+// character visible, so that nothing in a file reaches the terminal as an escape sequence; line breaks a
+// message is made of stay.
+void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
+  for (const std::string& line : lines) out << "      " << printable(line, true) << "\n";
+}
+
 void print_rejection(std::ostream& out, const file_report& report) {
   const error& e = *report.rejection;
   if (report.status == file_status::pass) {
-    out << "PASS  " << report.file << "\n      rejected as expected: " << describe(e) << "\n";
+    out << "PASS  " << escaped_name(report.file) << "\n      rejected as expected: " << printable(describe(e), true) << "\n";
     return;
   }
-  out << "ERROR " << describe(e) << "\n";
-  for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+  out << "ERROR " << printable(describe(e), true) << "\n";
+  print_lines(out, report.failures);
 }
 
 }  // namespace
@@ -24,15 +32,15 @@ void print_text(std::ostream& out, const file_report& report) {
     return;
   }
   if (!report.document) {
-    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
-    for (const std::string& line : report.details) out << "      " << line << "\n";
-    for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file) << "\n";
+    print_lines(out, report.details);
+    print_lines(out, report.failures);
     return;
   }
   const partition_file& document = *report.document;
   const partition& update = document.update;
-  out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << report.file << "\n";
-  if (!document.description.empty()) out << "      " << document.description << "\n";
+  out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file) << "\n";
+  if (!document.description.empty()) out << "      " << printable(document.description) << "\n";
   const bool weighted = update.objective == objective_kind::weighted_token_mean;
   out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer) << ", θ = "
       << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
@@ -67,7 +75,7 @@ void print_text(std::ostream& out, const file_report& report) {
   for (const expectation_result& claim : report.expectations)
     out << "      expect " << strategy_name(claim.name) << " = "
         << on_screen(claim.expected) << ": " << (claim.held ? "holds" : "DOES NOT HOLD") << "\n";
-  for (const std::string& failure : report.failures) out << "      " << failure << "\n";
+  print_lines(out, report.failures);
 }
 
 void print_summary(std::ostream& out, const run_summary& summary) {

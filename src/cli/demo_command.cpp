@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "normcheck/check/check.hpp"
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/documents/kind.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 #include "normcheck/io/files.hpp"
@@ -58,7 +59,7 @@ outcome run_demo_command(const demo_options& options) {
     partition_file file = read_partition(text, options.partition_file, {}, standard_sections());
     demo_input from_file;
     from_file.update = std::move(file.update);
-    from_file.origin = options.partition_file + (file.description.empty() ? "" : " (" + file.description + ")");
+    from_file.origin = escaped_name(options.partition_file) + (file.description.empty() ? "" : " (" + printable(file.description) + ")");
     input = std::move(from_file);
   }
   if (!options.html_file.empty()) {

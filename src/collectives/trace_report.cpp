@@ -1,5 +1,6 @@
 #include "normcheck/collectives/trace_report.hpp"
 
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/io/json_writer.hpp"
 #include "normcheck/io/text.hpp"
 
@@ -39,9 +40,10 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
     const call_signature& s = trace.signatures()[call.signature];
     std::string op(collective_op_name(s.op));
     if (s.root) op += " root " + std::to_string(*s.root);
-    rows.push_back({std::to_string(entry.rank), std::to_string(call.seq), op, or_dash(trace.tensor_names()[call.tensor]),
-                    s.op == collective_op::barrier && s.shape.empty() ? "—" : shape_text(s.shape), or_dash(s.dtype),
-                    or_dash(s.reduce_op), or_dash(s.group), trace.files()[call.file] + ":" + std::to_string(call.line)});
+    rows.push_back({std::to_string(entry.rank), std::to_string(call.seq), op, or_dash(printable(trace.tensor_names()[call.tensor])),
+                    s.op == collective_op::barrier && s.shape.empty() ? "—" : shape_text(s.shape), or_dash(printable(s.dtype)),
+                    or_dash(printable(s.reduce_op)), or_dash(printable(s.group)),
+                    escaped_name(trace.files()[call.file]) + ":" + std::to_string(call.line)});
   }
   std::vector<std::size_t> widths(rows.front().size(), 0);
   auto width = [](const std::string& text) {
@@ -66,7 +68,7 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   }
-  for (const std::string& note : problem.notes) out << "  " << note << "\n";
+  for (const std::string& note : problem.notes) out << "  " << printable(note) << "\n";
 }
 
 void print_trace_verdict_json(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict) {

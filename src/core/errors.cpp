@@ -1,6 +1,7 @@
 #include "normcheck/core/errors.hpp"
 
 #include "normcheck/core/names.hpp"
+#include "normcheck/core/utf8.hpp"
 
 namespace normcheck {
 
@@ -33,7 +34,7 @@ void error::locate(location where) {
 std::string describe(const error& e) {
   std::string out;
   if (const auto& w = e.where()) {
-    out += w->file;
+    out += escaped_name(w->file);
     if (w->line > 0) out += ":" + std::to_string(w->line) + ":" + std::to_string(w->column);
     out += ": ";
   }

@@ -1,6 +1,7 @@
 #include "normcheck/core/rational.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <algorithm>
 
@@ -18,12 +19,12 @@ std::string quoted(std::string_view text) {
   constexpr std::size_t shown = 40;
   std::string out = "'";
   if (text.size() <= shown) {
-    out += text;
+    out += printable(text);
   } else {
     // Cut at a character boundary, never inside a multi-byte UTF-8 sequence.
     std::size_t cut = shown;
     while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    out += text.substr(0, cut);
+    out += printable(text.substr(0, cut));
     out += "…";
   }
   return out + "'";

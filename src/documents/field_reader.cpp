@@ -1,5 +1,7 @@
 #include "normcheck/documents/field_reader.hpp"
 
+#include "normcheck/core/utf8.hpp"
+
 namespace normcheck {
 
 namespace {
@@ -97,13 +99,13 @@ error_code field_reader::expected_error() {
 }
 
 void field_reader::fail_unknown_key(std::string_view key, std::string_view where_and_known) {
-  fail(error_code::schema_error, "unknown key \"" + std::string(key) + "\" " + std::string(where_and_known), key_offset());
+  fail(error_code::schema_error, "unknown key \"" + printable(key) + "\" " + std::string(where_and_known), key_offset());
 }
 
 void field_reader::fail_unknown(std::string_view what, std::string_view spelled, std::string_view alternatives,
                                 std::uint64_t offset) {
   fail(error_code::schema_error,
-       "unknown " + std::string(what) + " \"" + std::string(spelled) + "\": expected " + std::string(alternatives), offset);
+       "unknown " + std::string(what) + " \"" + printable(spelled) + "\": expected " + std::string(alternatives), offset);
 }
 
 }  // namespace normcheck

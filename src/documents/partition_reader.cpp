@@ -1,5 +1,7 @@
 #include "normcheck/documents/partition_reader.hpp"
 
+#include "normcheck/core/utf8.hpp"
+
 
 namespace normcheck {
 
@@ -276,7 +278,7 @@ private:
         std::string names;
         for (strategy s : all_strategies) names += (names.empty() ? "" : ", ") + std::string(strategy_name(s));
         json_.fail(error_code::schema_error,
-                   "unknown gradient \"" + std::string(key) + "\" in expect (known: " + known_keys(&section::expect_keys, names) + ")",
+                   "unknown gradient \"" + printable(key) + "\" in expect (known: " + known_keys(&section::expect_keys, names) + ")",
                    json_.key_offset());
       }
       expectation entry{*name, std::nullopt};

@@ -1,6 +1,6 @@
 #include "normcheck/io/json_reader.hpp"
 
-#include "normcheck/io/utf8.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <cstdio>
 
@@ -189,7 +189,7 @@ bool json_reader::next_member(std::string_view& key) {
   key = read_string("object key");
   if (top.keys.count(key) != 0)
     fail(error_code::schema_error,
-         "duplicate key \"" + std::string(key) + "\" in one object: a second value would hide the first",
+         "duplicate key \"" + printable(key) + "\" in one object: a second value would hide the first",
          key_offset_);
   top.keys.emplace(key);
   expect_char(':', "after an object key");

@@ -1,6 +1,6 @@
 #include "normcheck/io/json_writer.hpp"
 
-#include "normcheck/io/utf8.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <cassert>
 

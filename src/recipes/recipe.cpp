@@ -1,6 +1,7 @@
 #include "normcheck/recipes/recipe.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <algorithm>
 
@@ -42,15 +43,27 @@ private:
 
   [[noreturn]] void fail_at(std::size_t at, const std::string& what) const {
     // Column in characters, so that the caret lines up under multi-byte text.
-    std::size_t column = 0;
-    for (std::size_t i = 0; i < at && i < text_.size(); ++i)
-      if ((static_cast<unsigned char>(text_[i]) & 0xC0) != 0x80) ++column;
+    auto characters = [](std::string_view text) {
+      std::size_t count = 0;
+      for (char c : text)
+        if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++count;
+      return count;
+    };
     location where;
     where.line = 1;
-    where.column = column + 1;
+    where.column = characters(text_.substr(0, std::min(at, text_.size()))) + 1;
     where.offset = at;
+    // The message shows the text around the position (a long recipe only near it), every character visible.
+    constexpr std::size_t context = 30;
+    std::size_t from = at > context ? at - context : 0;
+    std::size_t to = std::min(text_.size(), at + context);
+    while (from > 0 && (static_cast<unsigned char>(text_[from]) & 0xC0) == 0x80) --from;
+    while (to < text_.size() && (static_cast<unsigned char>(text_[to]) & 0xC0) == 0x80) ++to;
+    const std::string before = (from > 0 ? "…" : "") + printable(text_.substr(from, std::min(at, text_.size()) - from));
+    const std::string shown = before + printable(text_.substr(std::min(at, text_.size()), to - std::min(at, text_.size()))) +
+                              (to < text_.size() ? "…" : "");
     throw error(error_code::recipe_error,
-                what + "\n  " + std::string(text_) + "\n  " + std::string(column, ' ') + "^", where);
+                what + "\n  " + shown + "\n  " + std::string(characters(before), ' ') + "^", where);
   }
 
   void skip_spaces() {
@@ -58,6 +71,9 @@ private:
   }
 
   int add(recipe_expression::node n) {
+    if (result_.nodes_.size() == recipe_max_nodes)
+      fail("the recipe holds more than " + std::to_string(recipe_max_nodes) +
+                           " numbers, counts and operations, the limit of a recipe");
     result_.nodes_.push_back(std::move(n));
     return static_cast<int>(result_.nodes_.size() - 1);
   }

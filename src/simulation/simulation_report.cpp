@@ -1,5 +1,6 @@
 #include "normcheck/simulation/simulation_report.hpp"
 
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/io/json_writer.hpp"
 #include "normcheck/io/text.hpp"
 
@@ -188,8 +189,8 @@ void print_simulation(std::ostream& out, const std::string& source, const scenar
     label.append(label_width + 2 - label.size(), ' ');
     return label;
   };
-  out << "scenario " << source << "\n";
-  if (!s.description.empty()) out << "  " << s.description << "\n";
+  out << "scenario " << escaped_name(source) << "\n";
+  if (!s.description.empty()) out << "  " << printable(s.description) << "\n";
   out << "  " << setup_text(s) << "\n  optimizer: " << optimizer_text(s) << "\n";
   for (const fault& f : s.faults) out << "  fault: " << fault_text(f, scalar) << "\n";
 

@@ -3,6 +3,7 @@
 #include "demo_support.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/utf8.hpp"
 
 namespace normcheck {
 
@@ -59,10 +60,10 @@ demo_output run_demo(std::string_view name, const std::optional<demo_input>& inp
     if (each.has_figure) with_figures.emplace_back(each.name);
   }
   if (!info)
-    throw error(error_code::usage_error, "unknown demo '" + std::string(name) + "': expected one of " +
+    throw error(error_code::usage_error, "unknown demo '" + printable(name) + "': expected one of " +
                                              list_text(names));
   if (want_figure && !info->has_figure)
-    throw error(error_code::usage_error, "the demo '" + std::string(name) + "' has no figure: --svg works with " +
+    throw error(error_code::usage_error, "the demo '" + printable(name) + "' has no figure: --svg works with " +
                                              list_text(with_figures));
   const demo_input chosen = input ? *input : builtin_input(name);
   demo_output out;

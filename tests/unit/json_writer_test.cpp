@@ -2,7 +2,7 @@
 // bytes a string holds, controls and non-characters escaped, bytes that are not UTF-8 written reversibly.
 
 #include "normcheck/io/json_writer.hpp"
-#include "normcheck/io/utf8.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

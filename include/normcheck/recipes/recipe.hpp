@@ -15,6 +15,10 @@
 
 namespace normcheck {
 
+/// Most numbers, counts and operations one recipe may hold: a bound that keeps every recursion over the
+/// expression shallow, however long the text (parentheses and signs are also bounded: 64 levels).
+inline constexpr std::size_t recipe_max_nodes = 1000;
+
 /// The counts a recipe may use.
 enum class count_variable {
   W,    ///< ranks in the reduction

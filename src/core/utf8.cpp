@@ -1,4 +1,6 @@
-#include "normcheck/io/utf8.hpp"
+#include "normcheck/core/utf8.hpp"
+
+#include <cstdio>
 
 namespace normcheck {
 
@@ -47,5 +49,42 @@ void append_utf8(std::string& out, char32_t code_point) {
     out += static_cast<char>(0x80 | (code_point & 0x3F));
   }
 }
+
+namespace {
+
+std::string escape(std::string_view text, bool keep_line_breaks, bool double_backslashes) {
+  std::string out;
+  out.reserve(text.size());
+  char buffer[16];
+  for (std::size_t i = 0; i < text.size();) {
+    const utf8_step step = decode_utf8(text, i);
+    const char32_t c = step.code_point;
+    if (!step.valid) {
+      std::snprintf(buffer, sizeof buffer, "\\x%02x", static_cast<unsigned>(c));
+      out += buffer;
+    } else if (c == '\n' || c == '\t' || c == '\r') {
+      if (keep_line_breaks) out += static_cast<char>(c);
+      else out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r";
+    } else if (is_control(c)) {
+      std::snprintf(buffer, sizeof buffer, "\\x%02x", static_cast<unsigned>(c));
+      out += buffer;
+    } else if (is_noncharacter(c)) {
+      std::snprintf(buffer, sizeof buffer, "\\u{%x}", static_cast<unsigned>(c));
+      out += buffer;
+    } else if (c == '\\' && double_backslashes) {
+      out += "\\\\";
+    } else {
+      out.append(text.substr(i, step.length));
+    }
+    i += step.length;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, bool keep_line_breaks) { return escape(text, keep_line_breaks, false); }
+
+std::string escaped_name(std::string_view text) { return escape(text, false, true); }
 
 }  // namespace normcheck

@@ -1,5 +1,5 @@
 #pragma once
-/// \file io/utf8.hpp
+/// \file core/utf8.hpp
 /// UTF-8 as the reader accepts it and the writers escape it: well-formed sequences (RFC 3629: no
 /// overlong forms, no encoded surrogates, nothing above U+10FFFF), and the code points a report must
 /// not show raw (controls, non-characters).
@@ -31,5 +31,14 @@ constexpr bool is_noncharacter(char32_t c) noexcept {
 
 /// True for C0 controls, DEL and C1 controls: what a terminal may act on instead of showing.
 constexpr bool is_control(char32_t c) noexcept { return c < 0x20 || (c >= 0x7F && c <= 0x9F); }
+
+/// Text from an input, safe to show on a terminal or inside a message: controls (line feed, carriage
+/// return and tab too, unless `keep_line_breaks`), non-characters and bytes that are not UTF-8 are written
+/// visibly, as "\n", "\x1b", "\u{fffe}". Everything else, backslashes included, stays as it is.
+std::string printable(std::string_view text, bool keep_line_breaks = false);
+
+/// A name (a file name is any bytes) written reversibly: as `printable`, with every backslash doubled, so
+/// that the escapes cannot be confused with the name's own characters.
+std::string escaped_name(std::string_view text);
 
 }  // namespace normcheck
