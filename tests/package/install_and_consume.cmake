@@ -1,7 +1,10 @@
 # Installs the build into a fresh prefix, then builds tests/package/consumer against it with
 # find_package(normcheck) and, separately, with the installed pkg-config file; runs both and checks that
 # they compute the seed example: global_mean -3/2, local_mean -1, scaled_sum -3/2.
-#   cmake -DBUILD=<build dir> -DSOURCE=<project dir> -DWORK=<scratch dir> -P install_and_consume.cmake
+#   cmake -DBUILD=<build dir> -DSOURCE=<project dir> -DWORK=<scratch dir> [-DCONSUMER_FLAGS=<flags>]
+#         -P install_and_consume.cmake
+# CONSUMER_FLAGS are the compile and link flags the installed library needs beyond its package's own
+# (the sanitizer runtimes of a sanitized build).
 file(REMOVE_RECURSE ${WORK})
 set(prefix ${WORK}/prefix)
 
@@ -30,7 +33,7 @@ set(expected "global_mean -3/2, local_mean -1, scaled_sum -3/2")
 
 # The CMake package.
 run(${CMAKE_COMMAND} -S ${SOURCE}/tests/package/consumer -B ${WORK}/consumer -DCMAKE_PREFIX_PATH=${prefix}
-    -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CONSUMER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK}/consumer)
 run(${WORK}/consumer/seed_example)
 if(NOT last_output MATCHES "${expected}")
@@ -46,7 +49,7 @@ execute_process(COMMAND pkg-config --cflags --libs normcheck RESULT_VARIABLE sta
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "pkg-config does not know normcheck")
 endif()
-separate_arguments(flags UNIX_COMMAND "${flags}")
+separate_arguments(flags UNIX_COMMAND "${CONSUMER_FLAGS} ${flags}")
 run(c++ ${SOURCE}/tests/package/consumer/seed_example.cpp -o ${WORK}/seed_example_pc ${flags})
 run(${WORK}/seed_example_pc)
 if(NOT last_output MATCHES "${expected}")
