@@ -64,8 +64,8 @@ inline void reader_one_input(std::string_view text) {
   if (report.document) {
     for (const rank_stats& rank : report.document->update.ranks) {
       for (const microbatch_stats& m : rank.microbatches) {
-        require(is_canonical(m.target_sum) && is_canonical(m.target_abs_sum), "a sum is not canonical", text);
-        require(m.target_abs_sum >= 0 && abs(m.target_sum) <= m.target_abs_sum, "|Σy| > Σ|y|", text);
+        require(is_canonical(m.target_sum()) && is_canonical(m.target_abs_sum()), "a sum is not canonical", text);
+        require(m.target_abs_sum() >= 0 && abs(m.target_sum()) <= m.target_abs_sum(), "|Σy| > Σ|y|", text);
       }
     }
   }
@@ -226,7 +226,7 @@ inline void literal_paths_agree(std::string_view text, literal_form form, const 
     literal_outcome read;
     try {
       const partition_file file = read_partition(document, "fuzz", document_limits);
-      read.value = file.update.ranks.at(0).microbatches.at(0).target_sum;
+      read.value = file.update.ranks.at(0).microbatches.at(0).target_sum();
     } catch (const error& e) {
       read.rejection = e.code();
     }
@@ -279,7 +279,7 @@ inline void literal_one_input(std::string_view input) {
     require(general_sum.value() == expected, "exact_sum (general) differs from the rational sum", input);
     require(fast_sum.value() == expected, "exact_sum (machine integers) differs from the rational sum", input);
     const microbatch_stats stats = builder.finish();
-    require(stats.target_sum == expected && stats.valid_tokens == accepted.size(),
+    require(stats.target_sum() == expected && stats.valid_tokens == accepted.size(),
             "microbatch_builder differs from the rational sum", input);
   }
 }

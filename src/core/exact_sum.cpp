@@ -250,32 +250,32 @@ literal_parts to_parts(const machine_literal& literal) {
 
 void exact_sum::add(const literal_parts& term) {
   if (term.denominator != 1) {
-    rational fraction = to_rational(term);
-    fractions_ += fraction;
+    fractions_.add(to_rational(term));
     return;
   }
   common_scale_sum{scaled_, exp2_, exp5_, any_scaled_}.add(term.significand, term.negative, term.exp2, term.exp5);
 }
 
-void exact_sum::spill(bucket& b) {
+void exact_sum::spill(const bucket& b) {
   common_scale_sum target{scaled_, exp2_, exp5_, any_scaled_};
   if (b.positive != 0) target.add(to_integer(b.positive), false, b.exp2, b.exp5);
   if (b.negative != 0) target.add(to_integer(b.negative), true, b.exp2, b.exp5);
-  b = bucket{};
 }
 
 void exact_sum::add(const rational& term) {
-  fractions_ += term;
+  if (term != 0) fractions_.add(term);
 }
 
 rational exact_sum::value() const {
+  if (used_ == 0 && !any_scaled_ && fractions_.empty()) return rational(0);
   integer sum = scaled_;
   std::int64_t exp2 = exp2_;
   std::int64_t exp5 = exp5_;
   bool any = any_scaled_;
   common_scale_sum total{sum, exp2, exp5, any};
-  for (const bucket& b : buckets_) {
-    if (!b.used) continue;
+  for (std::size_t i = 0; i < bucket_count; ++i) {
+    if (!(used_ & (std::uint32_t{1} << i))) continue;
+    const bucket& b = buckets_[i];
     if (b.positive != 0) total.add(to_integer(b.positive), false, b.exp2, b.exp5);
     if (b.negative != 0) total.add(to_integer(b.negative), true, b.exp2, b.exp5);
   }
@@ -284,9 +284,33 @@ rational exact_sum::value() const {
   parts.significand = abs(sum);
   parts.exp2 = exp2;
   parts.exp5 = exp5;
-  rational result = to_rational(parts);
-  result += fractions_;
-  return result;
+  rational sum_total = fractions_.value();
+  sum_total += to_rational(parts);
+  return sum_total;
+}
+
+void tree_sum::add(rational term) {
+  // A binary counter: a block of 2^i terms meets the block of 2^i before it, carrying upwards.
+  std::size_t level = 0;
+  for (std::uint64_t count = count_; count & 1; count >>= 1, ++level) {
+    term += levels_[level];
+    levels_[level] = 0;
+  }
+  if (level == levels_.size()) levels_.push_back(std::move(term));
+  else levels_[level] = std::move(term);
+  ++count_;
+}
+
+rational tree_sum::value() const {
+  rational total;
+  for (const rational& block : levels_) total += block;  // the small blocks first
+  return total;
+}
+
+rational sum_of(std::vector<rational>&& terms) {
+  tree_sum total;
+  for (rational& term : terms) total.add(std::move(term));
+  return total.value();
 }
 
 }  // namespace normcheck

@@ -1,6 +1,7 @@
 #include "normcheck/core/gradients.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/exact_sum.hpp"
 
 #include <functional>
 
@@ -35,12 +36,13 @@ const strategy_info& info_of(strategy s) {
 // What the reducer delivers when rank r backpropagates local(r); nullopt if any rank's is undefined.
 std::optional<rational> reduce(const partition& p,
                                const std::function<std::optional<rational>(const rank_stats&)>& local) {
-  rational total;
+  tree_sum gradients;
   for (const rank_stats& rank : p.ranks) {
     std::optional<rational> g = local(rank);
     if (!g) return std::nullopt;
-    total += *g;
+    gradients.add(std::move(*g));
   }
+  rational total = gradients.value();
   if (p.reducer == reducer_kind::mean) total /= p.world_size();
   return total;
 }
@@ -88,9 +90,11 @@ std::optional<rational> gradient(const partition& p, strategy s) {
   const rational world_size{p.world_size()};
   switch (s) {
     case strategy::global_mean: {
-      rational total;
-      for (const rank_stats& rank : p.ranks) total += loss_gradient_sum(rank, theta);
-      total /= total_mass;
+      // ΣSᵣ/M = θ − Σw·y/M: θ once, the sums of all ranks added in a balanced tree.
+      tree_sum sums;
+      for (const rank_stats& rank : p.ranks) sums.add(rank.weighted_target_sum());
+      rational total = theta;
+      total -= sums.value() / total_mass;
       return total;
     }
     case strategy::local_mean:
@@ -116,14 +120,15 @@ std::optional<rational> gradient(const partition& p, strategy s) {
       });
     case strategy::microbatch_mean:
       return reduce(p, [&](const rank_stats& rank) -> std::optional<rational> {
-        rational total;
+        // (1/G)·Σₘ (θ·mₘ − Σw·y)/mₘ = θ − (1/G)·Σₘ Σw·y/mₘ.
+        tree_sum means;
         for (const microbatch_stats& m : rank.microbatches) {
           const rational mass = m.mass();
           if (mass == 0) return std::nullopt;
-          rational mean = loss_gradient_sum(m, theta) / mass;
-          total += mean;
+          means.add(m.weighted_target_sum() / mass);
         }
-        total /= rank.microbatches.size();
+        rational total = theta;
+        total -= means.value() / rank.microbatches.size();
         return total;
       });
   }

@@ -3,6 +3,8 @@
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/names.hpp"
 
+#include <algorithm>
+
 namespace normcheck {
 
 namespace {
@@ -43,19 +45,37 @@ std::optional<objective_kind> objective_from_name(std::string_view name) noexcep
 std::string objective_alternatives() { return objective_names.alternatives(); }
 
 rational microbatch_stats::mass() const {
-  return weighted ? weighted->mass : rational(valid_tokens);
+  // A microbatch without sums is unweighted or holds no valid token: its mass is its count either way.
+  return weighted() ? sums->weighted->mass : rational(valid_tokens);
+}
+
+const rational& microbatch_stats::zero() {
+  static const rational value;
+  return value;
+}
+
+void microbatch_stats::set_sums(target_sums values) {
+  if (values.sum == 0 && values.abs_sum == 0 && !values.weighted) {
+    sums = boxed<target_sums>();
+    return;
+  }
+  sums = std::move(values);
 }
 
 rational rank_stats::mass() const {
-  rational total;
-  for (const microbatch_stats& m : microbatches) total += m.mass();
-  return total;
+  if (std::none_of(microbatches.begin(), microbatches.end(), [](const microbatch_stats& m) { return m.weighted(); }))
+    return rational(valid_tokens());
+  tree_sum masses;
+  for (const microbatch_stats& m : microbatches)
+    if (m.weighted()) masses.add(m.mass());
+  return masses.value();
 }
 
 rational partition::mass() const {
-  rational total;
-  for (const rank_stats& r : ranks) total += r.mass();
-  return total;
+  if (objective != objective_kind::weighted_token_mean) return rational(valid_tokens());
+  tree_sum masses;
+  for (const rank_stats& r : ranks) masses.add(r.mass());
+  return masses.value();
 }
 
 std::uint64_t rank_stats::valid_tokens() const {
@@ -71,9 +91,17 @@ std::uint64_t rank_stats::padding() const {
 }
 
 rational rank_stats::target_sum() const {
-  rational total;
-  for (const microbatch_stats& m : microbatches) total += m.target_sum;
-  return total;
+  tree_sum sums;
+  for (const microbatch_stats& m : microbatches)
+    if (m.sums) sums.add(m.target_sum());
+  return sums.value();
+}
+
+rational rank_stats::weighted_target_sum() const {
+  tree_sum sums;
+  for (const microbatch_stats& m : microbatches)
+    if (m.sums) sums.add(m.weighted_target_sum());
+  return sums.value();
 }
 
 std::uint64_t partition::valid_tokens() const {
@@ -89,8 +117,9 @@ rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& t
 }
 
 rational loss_gradient_sum(const rank_stats& rank, const rational& theta) {
-  rational sum;
-  for (const microbatch_stats& m : rank.microbatches) sum += loss_gradient_sum(m, theta);
+  // θ once, not once per microbatch: a θ of many digits would otherwise cost that much per microbatch.
+  rational sum = theta * rank.mass();
+  sum -= rank.weighted_target_sum();
   return sum;
 }
 
@@ -161,21 +190,24 @@ microbatch_stats microbatch_builder::finish() const {
   microbatch_stats stats;
   stats.valid_tokens = valid_tokens_;
   stats.padding = padding_;
-  rational positive = positive_.value();
-  rational negative = negative_.value();
-  stats.target_sum = positive - negative;
-  stats.target_abs_sum = positive + negative;
   if (weighted_tokens_ != (weighted_ ? valid_tokens_ : 0))
     throw error(error_code::schema_error, "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
+  if (valid_tokens_ == 0) return stats;  // every sum is 0
+  target_sums values;
+  const rational positive = positive_.value();
+  const rational negative = negative_.value();
+  values.sum = positive - negative;
+  values.abs_sum = positive + negative;
   if (weighted_) {
-    weighted_sums sums;
-    sums.mass = mass_.value();
-    rational weighted_positive = weighted_positive_.value();
-    rational weighted_negative = weighted_negative_.value();
-    sums.target_sum = weighted_positive - weighted_negative;
-    sums.target_abs_sum = weighted_positive + weighted_negative;
-    stats.weighted = std::move(sums);
+    weighted_sums weighted;
+    weighted.mass = mass_.value();
+    const rational weighted_positive = weighted_positive_.value();
+    const rational weighted_negative = weighted_negative_.value();
+    weighted.target_sum = weighted_positive - weighted_negative;
+    weighted.target_abs_sum = weighted_positive + weighted_negative;
+    values.weighted = std::move(weighted);
   }
+  stats.set_sums(std::move(values));
   return stats;
 }
 

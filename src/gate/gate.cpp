@@ -55,13 +55,6 @@ std::optional<rational> error_factor(const partition& update, dtype type, std::o
   return combined;
 }
 
-// An upper bound on Σw·|θ − y| over a microbatch's valid tokens: m·|θ| + Σw·|y| (w = 1 without weights).
-rational magnitude(const microbatch_stats& m, const rational& theta) {
-  rational total = abs(theta) * m.mass();
-  total += m.weighted_target_abs_sum();
-  return total;
-}
-
 // The factor a strategy multiplies microbatch m of `rank` by before backward; nullopt where undefined.
 // `mass` and `rank_mass` are the update's and the rank's (the counts under the token mean, weight sums
 // under the weighted one), computed once by the caller.
@@ -98,17 +91,24 @@ std::optional<rational> strategy_bound(const partition& update, strategy s, dtyp
                                        std::optional<dtype> reduction_type) {
   const std::optional<rational> g = error_factor(update, type, reduction_type);
   if (!g) return std::nullopt;
+  // Σ |c|·(mₘ·|θ| + Σw·|y|) = |θ|·Σ|c|·mₘ + Σ|c|·Σw·|y|: θ once, each sum added in a balanced tree.
   const rational mass = update.mass();
-  rational total;
+  tree_sum scaled_masses;
+  tree_sum scaled_magnitudes;
   for (const rank_stats& rank : update.ranks) {
     const rational rank_mass = rank.mass();
     for (const microbatch_stats& m : rank.microbatches) {
-      if (m.mass() == 0) continue;
+      const rational microbatch_mass = m.mass();
+      if (microbatch_mass == 0) continue;
       const std::optional<rational> c = scale_of(update, s, mass, rank.microbatches.size(), rank_mass, m);
       if (!c) return std::nullopt;
-      total += abs(*c) * magnitude(m, update.theta);
+      const rational scale = abs(*c);
+      scaled_masses.add(scale * microbatch_mass);
+      scaled_magnitudes.add(scale * m.weighted_target_abs_sum());
     }
   }
+  rational total = abs(update.theta) * scaled_masses.value();
+  total += scaled_magnitudes.value();
   if (update.reducer == reducer_kind::mean && s != strategy::global_mean) total /= update.world_size();
   rational bound = *g * total;
   return bound;

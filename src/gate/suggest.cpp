@@ -99,8 +99,9 @@ partition with_values(const update_counts& counts, const std::vector<std::vector
     for (std::size_t m = 0; m < counts[r].size(); ++m) {
       microbatch_stats& microbatch = rank.microbatches.emplace_back();
       microbatch.valid_tokens = counts[r][m];
-      microbatch.target_sum = values[r][m] * counts[r][m];
-      microbatch.target_abs_sum = abs(microbatch.target_sum);
+      rational sum = values[r][m] * counts[r][m];
+      rational magnitude = abs(sum);
+      microbatch.set_sums({std::move(sum), std::move(magnitude), {}});
     }
   }
   return update;

@@ -255,18 +255,24 @@ count_values counts_at(const partition& update, std::size_t r, std::size_t m) {
 
 recipe_value recipe_gradient(const partition& update, const recipe& r) {
   // Totals once, so that the cost is linear in the microbatches.
+  // Σ c·Sₘ = θ·Σ c·mₘ − Σ c·Σw·y: θ once, each sum added in a balanced tree.
   const std::uint64_t valid_tokens = update.valid_tokens();
   const rational mass = update.mass();
-  rational total;
+  tree_sum scaled_masses;
+  tree_sum scaled_sums;
   for (std::size_t rank = 0; rank < update.ranks.size(); ++rank) {
     const std::uint64_t rank_tokens = update.ranks[rank].valid_tokens();
     const rational rank_mass = update.ranks[rank].mass();
     for (std::size_t m = 0; m < update.ranks[rank].microbatches.size(); ++m) {
       recipe_value scale = r.scale.evaluate(counts_at(update, rank, m, valid_tokens, mass, rank_tokens, rank_mass));
       if (!scale.value) return scale;
-      total += *scale.value * loss_gradient_sum(update.ranks[rank].microbatches[m], update.theta);
+      const microbatch_stats& microbatch = update.ranks[rank].microbatches[m];
+      scaled_masses.add(*scale.value * microbatch.mass());
+      scaled_sums.add(*scale.value * microbatch.weighted_target_sum());
     }
   }
+  rational total = update.theta * scaled_masses.value();
+  total -= scaled_sums.value();
   if (r.reducer == reducer_kind::mean) total /= update.world_size();
   return {total, {}};
 }

@@ -135,7 +135,7 @@ demo_table microbatch_table(const demo_input& input) {
       std::optional<rational> mean;
       if (stats.valid_tokens > 0) mean = s / stats.valid_tokens;
       table.rows.push_back({std::to_string(r), std::to_string(m),
-                            input.tokens ? tokens_text((*input.tokens)[r][m]) : exact(stats.target_sum),
+                            input.tokens ? tokens_text((*input.tokens)[r][m]) : exact(stats.target_sum()),
                             std::to_string(stats.valid_tokens), exact(s),
                             mean ? exact(*mean) : std::string("undefined (nᵣₘ = 0)")});
     }

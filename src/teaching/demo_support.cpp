@@ -22,8 +22,8 @@ partition probe(const partition& shape, Mark mark, bool whole) {
         marked = whole ? rational(stats.valid_tokens) : rational(1);
         placed = true;
       }
-      stats.target_sum = -marked;
-      stats.target_abs_sum = marked;
+      rational sum = -marked;
+      stats.set_sums({std::move(sum), marked, {}});
     }
   }
   return probe_update;

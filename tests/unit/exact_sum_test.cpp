@@ -109,3 +109,32 @@ TEST_CASE("zero terms at extreme scales do not change the sum") {
   const std::vector<literal> terms{bare("0e-10000"), bare("3"), quoted("0x0p+10000"), bare("-0.0")};
   CHECK(summed(terms) == 3);
 }
+
+TEST_CASE("a tree sum of rationals is their sum for every count of terms") {
+  // Counts around powers of two exercise every carry of the binary counter; a tree that dropped or
+  // repeated a block would be off by that block, which the distinct denominators expose.
+  for (int count : {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100}) {
+    normcheck::tree_sum tree;
+    rational naive;
+    std::vector<rational> terms;
+    for (int i = 1; i <= count; ++i) {
+      const rational term = rational(i % 3 == 0 ? -i : i) / (2 * i + 1);
+      tree.add(term);
+      naive += term;
+      terms.push_back(term);
+    }
+    CAPTURE(count);
+    CHECK(tree.value() == naive);
+    CHECK(tree.empty() == (count == 0));
+    CHECK(normcheck::sum_of(std::move(terms)) == naive);
+  }
+}
+
+TEST_CASE("a tree sum may be read and added to again") {
+  normcheck::tree_sum tree;
+  tree.add(rational(1) / 3);
+  CHECK(tree.value() == rational(1) / 3);
+  tree.add(rational(1) / 6);
+  tree.add(rational(1) / 2);
+  CHECK(tree.value() == 1);
+}

@@ -32,8 +32,8 @@ void require_same_statistics(const partition& written, const partition& read) {
     for (std::size_t m = 0; m < a.microbatches.size(); ++m) {
       CHECK(b.microbatches[m].valid_tokens == a.microbatches[m].valid_tokens);
       CHECK(b.microbatches[m].padding == a.microbatches[m].padding);
-      CHECK(b.microbatches[m].target_sum == a.microbatches[m].target_sum);
-      CHECK(b.microbatches[m].target_abs_sum == a.microbatches[m].target_abs_sum);
+      CHECK(b.microbatches[m].target_sum() == a.microbatches[m].target_sum());
+      CHECK(b.microbatches[m].target_abs_sum() == a.microbatches[m].target_abs_sum());
     }
   }
 }

@@ -11,8 +11,30 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace normcheck {
+
+/// A running exact sum of rationals, added pairwise as a balanced tree over the order of addition. Adding
+/// one by one, sums of fractions with unrelated denominators grow at every step, a cost quadratic in their
+/// total size; the tree keeps it quasi-linear (GMP's multiplication and gcd are), and holds one partial sum
+/// per level (at most 64), never the terms.
+class tree_sum {
+public:
+  /// Adds one term.
+  void add(rational term);
+  /// The exact sum of the terms added so far (0 for none), canonical.
+  rational value() const;
+  /// Whether no term has been added.
+  bool empty() const noexcept { return levels_.empty(); }
+
+private:
+  std::vector<rational> levels_;  // levels_[i]: the sum of a block of 2^i terms, or 0 for none
+  std::uint64_t count_ = 0;       // terms added: bit i set exactly when levels_[i] holds a block
+};
+
+/// The exact sum of `terms` by a `tree_sum`. The vector is used up.
+rational sum_of(std::vector<rational>&& terms);
 
 /// A decimal or hexadecimal literal taken apart into machine integers:
 /// (-1)^negative · significand · 2^exp2 · 5^exp5 (exp2 == exp5 for decimals, exp5 == 0 for hex).
@@ -52,11 +74,11 @@ public:
     const std::size_t index =
         (static_cast<std::uint32_t>(term.exp2) ^ (static_cast<std::uint32_t>(term.exp5) << 4)) % bucket_count;
     bucket& b = buckets_[index];
-    if (!b.used || b.exp2 != term.exp2 || b.exp5 != term.exp5) {
-      if (b.used) spill(b);
-      b.used = true;
-      b.exp2 = term.exp2;
-      b.exp5 = term.exp5;
+    const std::uint32_t bit = std::uint32_t{1} << index;
+    if (!(used_ & bit) || b.exp2 != term.exp2 || b.exp5 != term.exp5) {
+      if (used_ & bit) spill(b);
+      used_ |= bit;
+      b = bucket{term.exp2, term.exp5, 0, 0};
     }
     if (term.negative) b.negative += term.significand;
     else b.positive += term.significand;
@@ -71,23 +93,24 @@ private:
 
   // The machine-integer sums of one scale 2^exp2·5^exp5. Each term is below 2^64 and a sum holds
   // fewer than 2^64 terms, so neither sum can overflow 128 bits.
+  // Left uninitialized until its bit in used_ is set: a sum costs nothing to make (a microbatch has several).
   struct bucket {
-    std::int32_t exp2 = 0;
-    std::int32_t exp5 = 0;
-    bool used = false;
-    wide positive = 0;
-    wide negative = 0;
+    std::int32_t exp2;
+    std::int32_t exp5;
+    wide positive;
+    wide negative;
   };
   static constexpr std::size_t bucket_count = 32;
 
-  void spill(bucket& b);
+  void spill(const bucket& b);
 
-  std::array<bucket, bucket_count> buckets_{};
+  std::array<bucket, bucket_count> buckets_;
+  std::uint32_t used_ = 0;  // bit i: buckets_[i] holds a scale
   integer scaled_;          // Σ of scaled literals, in units of 2^exp2_ · 5^exp5_
   std::int64_t exp2_ = 0;
   std::int64_t exp5_ = 0;
   bool any_scaled_ = false;
-  rational fractions_;
+  tree_sum fractions_;
 };
 
 }  // namespace normcheck

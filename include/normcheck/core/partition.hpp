@@ -8,6 +8,7 @@
 #include "normcheck/core/rational.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,31 @@ std::optional<objective_kind> objective_from_name(std::string_view name) noexcep
 /// Every spelling, for messages.
 std::string objective_alternatives();
 
+/// An optional value kept on the heap: one pointer where it is absent, so that the many microbatches of an
+/// unweighted update stay small. Copies are deep.
+template <typename T>
+class boxed {
+public:
+  boxed() = default;
+  boxed(T value) : value_(std::make_unique<T>(std::move(value))) {}  // NOLINT: as std::optional converts
+  boxed(const boxed& other) : value_(other.value_ ? std::make_unique<T>(*other.value_) : nullptr) {}
+  boxed(boxed&&) noexcept = default;
+  boxed& operator=(const boxed& other) {
+    if (this != &other) value_ = other.value_ ? std::make_unique<T>(*other.value_) : nullptr;
+    return *this;
+  }
+  boxed& operator=(boxed&&) noexcept = default;
+
+  /// Whether a value is held.
+  bool has_value() const noexcept { return value_ != nullptr; }
+  explicit operator bool() const noexcept { return has_value(); }
+  const T& operator*() const { return *value_; }
+  const T* operator->() const { return value_.get(); }
+
+private:
+  std::unique_ptr<T> value_;
+};
+
 /// The weighted sums of one microbatch's valid tokens.
 struct weighted_sums {
   rational mass;             ///< Σ w
@@ -48,21 +74,41 @@ struct weighted_sums {
   rational target_abs_sum;   ///< Σ w·|y|
 };
 
-/// One microbatch: how many valid tokens it holds, how many padded positions, and its target sums.
+/// The target sums of one microbatch's valid tokens.
+struct target_sums {
+  rational sum;      ///< Σ y
+  rational abs_sum;  ///< Σ |y| (for error bounds)
+  /// Set when the tokens carry weights (the weighted objective); without weights every token weighs 1.
+  boxed<weighted_sums> weighted;
+};
+
+/// One microbatch: how many valid tokens it holds, how many padded positions, and its target sums. A
+/// microbatch whose sums are all 0 (no valid token, say) keeps none: an update of a million empty
+/// microbatches costs a few bytes each.
 struct microbatch_stats {
   std::uint64_t valid_tokens = 0;
   std::uint64_t padding = 0;
-  rational target_sum;      ///< Σ y over valid tokens
-  rational target_abs_sum;  ///< Σ |y| over valid tokens (for error bounds)
-  /// Set when the tokens carry weights (the weighted objective); without weights every token weighs 1.
-  std::optional<weighted_sums> weighted;
+  boxed<target_sums> sums;  ///< absent: every sum is 0
 
+  /// Σ y over valid tokens.
+  const rational& target_sum() const { return sums ? sums->sum : zero(); }
+  /// Σ |y| over valid tokens.
+  const rational& target_abs_sum() const { return sums ? sums->abs_sum : zero(); }
+  /// Whether the tokens carry weights with a sum other than 0.
+  bool weighted() const { return sums && sums->weighted.has_value(); }
   /// mₘ: the weight mass, Σw; the valid-token count nₘ when the tokens carry no weights.
   rational mass() const;
   /// Σ w·y (Σ y without weights).
-  const rational& weighted_target_sum() const { return weighted ? weighted->target_sum : target_sum; }
+  const rational& weighted_target_sum() const { return weighted() ? sums->weighted->target_sum : target_sum(); }
   /// Σ w·|y| (Σ |y| without weights).
-  const rational& weighted_target_abs_sum() const { return weighted ? weighted->target_abs_sum : target_abs_sum; }
+  const rational& weighted_target_abs_sum() const {
+    return weighted() ? sums->weighted->target_abs_sum : target_abs_sum();
+  }
+  /// Sets the sums (kept only when one of them is not 0).
+  void set_sums(target_sums values);
+
+private:
+  static const rational& zero();
 };
 
 /// One rank's share of the update, microbatches in order (at least one).
@@ -75,6 +121,8 @@ struct rank_stats {
   std::uint64_t padding() const;
   /// Σ y over the rank's valid tokens.
   rational target_sum() const;
+  /// Σ w·y over them (Σ y without weights).
+  rational weighted_target_sum() const;
   /// mᵣ: the weight mass over all microbatches (nᵣ without weights).
   rational mass() const;
 };
