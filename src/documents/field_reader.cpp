@@ -20,7 +20,41 @@ std::optional<std::uint64_t> machine_integer(const machine_literal& literal, std
   return value;
 }
 
+// Bits for a number of decimal digits (log2 10 < 3.3220), so that a budget in digits is never under-counted.
+std::uint64_t bits_of_digits(std::uint64_t digits) { return digits / 1000 * 3322 + (digits % 1000) * 3322 / 1000 + 1; }
+
+std::uint64_t digits_of_bits(std::uint64_t bits) { return bits * 30103 / 100000 + 1; }
+
+std::uint64_t bits(const integer& value) { return value == 0 ? 1 : boost::multiprecision::msb(abs(value)) + 1; }
+
 }  // namespace
+
+void exact_budget::note_denominator(const integer& denominator, const field_reader& at, std::uint64_t offset) {
+  integer rest = denominator;
+  while (rest != 1 && !boost::multiprecision::bit_test(rest, 0)) rest >>= 1;
+  while (rest != 1 && rest % 5 == 0) rest /= 5;
+  if (rest == 1) return;
+  std::string key = rest.str(0, std::ios_base::hex);
+  if (!denominators_.insert(std::move(key)).second) return;
+  fraction_bits_ += bits(rest);
+  if (fraction_bits_ > bits_of_digits(limits_.max_fraction_digits))
+    at.fail(error_code::limit_exceeded,
+            "the distinct denominators of the document's fractions (factors 2 and 5 apart) pass " +
+                std::to_string(limits_.max_fraction_digits) +
+                " digits: a sum of fractions that share nothing needs them all (--max-fraction-digits raises the limit)",
+            offset);
+}
+
+void exact_budget::note_kept(const rational& value, const field_reader& at, std::uint64_t offset) {
+  kept_bits_ += bits(numerator(value)) + bits(denominator(value));
+  if (kept_bits_ > bits_of_digits(limits_.max_exact_digits))
+    at.fail(error_code::limit_exceeded,
+            "the exact values the document keeps pass " + std::to_string(limits_.max_exact_digits) +
+                " digits (about " + std::to_string(digits_of_bits(kept_bits_)) +
+                " so far): a literal such as 1e-10000 is a few characters and a value of ten thousand digits "
+                "(--max-exact-digits raises the limit)",
+            offset);
+}
 
 literal_parts field_reader::literal(std::string_view what) {
   const std::uint64_t offset = value_offset();
@@ -33,7 +67,9 @@ literal_parts field_reader::literal(std::string_view what) {
 
 literal_parts field_reader::parse_at(std::string_view written, literal_form form, std::uint64_t offset) {
   try {
-    return parse_literal(written, form, limits().numbers);
+    literal_parts parts = parse_literal(written, form, limits().numbers);
+    if (budget_ && parts.denominator != 1) budget_->note_denominator(parts.denominator, *this, offset);
+    return parts;
   } catch (error& e) {
     e.locate(locate(offset));
     mark_if_cut_off(e);  // a literal cut by the end of the file says nothing about the document

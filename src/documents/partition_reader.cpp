@@ -15,7 +15,8 @@ class document_reader {
 public:
   document_reader(std::string_view text, std::string source, const reader_limits& limits,
                   const section_registry& registry)
-      : json_(text, std::move(source), limits) {
+      : json_(text, std::move(source), limits), budget_(limits) {
+    json_.count_against(&budget_);
     for (const section_factory& make : registry) file_.sections.push_back(make());
   }
 
@@ -41,7 +42,9 @@ public:
       } else if (key == "reducer") {
         file_.update.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives());
       } else if (key == "theta") {
+        const std::uint64_t theta_offset = json_.value_offset();
         file_.update.theta = json_.exact("theta");
+        budget_.note_kept(file_.update.theta, json_, theta_offset);
       } else if (key == "objective") {
         file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
       } else if (key == "description") {
@@ -137,6 +140,12 @@ private:
     if (weights_offset) {
       if (!first_weights_offset) first_weights_offset = weights_offset;
       read_weights(rank, *tokens_offset, *weights_offset, saw_microbatches);
+      for (const microbatch_stats& m : rank.microbatches)
+        if (m.sums && m.sums->weighted) {
+          budget_.note_kept(m.sums->weighted->mass, json_, *weights_offset);
+          budget_.note_kept(m.sums->weighted->target_sum, json_, *weights_offset);
+          budget_.note_kept(m.sums->weighted->target_abs_sum, json_, *weights_offset);
+        }
     } else if (!first_unweighted_rank) {
       first_unweighted_rank = offset;
     }
@@ -244,6 +253,12 @@ private:
   // without allocating; what that path does not take (fractions, long significands, anything
   // malformed) goes through parse_literal.
   microbatch_stats read_tokens(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    if (++microbatches_ > json_.limits().max_microbatches)
+      json_.fail(error_code::limit_exceeded,
+                 "the update has more than " + std::to_string(json_.limits().max_microbatches) +
+                     " microbatches over all ranks (--max-microbatches raises the limit)",
+                 offset);
     if (json_.peek() != json_kind::array)
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
     json_.begin_array();
@@ -259,7 +274,12 @@ private:
         builder.add_token(json_.literal("a token value"));
       }
     }
-    return builder.finish();
+    microbatch_stats stats = builder.finish();
+    if (stats.sums) {  // what the microbatch keeps: its sums (an empty one keeps none)
+      budget_.note_kept(stats.sums->sum, json_, offset);
+      budget_.note_kept(stats.sums->abs_sum, json_, offset);
+    }
+    return stats;
   }
 
 
@@ -306,6 +326,8 @@ private:
   }
 
   field_reader json_;
+  exact_budget budget_;
+  std::uint64_t microbatches_ = 0;
   partition_file file_;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"

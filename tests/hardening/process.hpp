@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -56,19 +57,33 @@ inline process_result run_process(const std::vector<std::string>& args, output_t
     if (::pipe(pipe_fds) != 0) return {};
     ::close(pipe_fds[0]);
   }
+  // posix_spawn, not fork: a forked child's peak resident set starts at its parent's (the test process's
+  // pages count until exec), which would hide the executable's own peak under the test's.
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, stdout_to == output_to::closed_pipe ? pipe_fds[1] : out_fd, 1);
+  ::posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawnattr_t attributes;
+  ::posix_spawnattr_init(&attributes);
+  sigset_t defaults;
+  ::sigemptyset(&defaults);
+  ::sigaddset(&defaults, SIGPIPE);  // as a shell would start it
+  ::posix_spawnattr_setsigdefault(&attributes, &defaults);
+  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   const auto start = std::chrono::steady_clock::now();
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::signal(SIGPIPE, SIG_DFL);  // as a shell would start it
-    ::dup2(stdout_to == output_to::closed_pipe ? pipe_fds[1] : out_fd, 1);
-    ::dup2(err_fd, 2);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
-    ::dup2(null_fd, 0);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
+  pid_t child = -1;
+  const int spawned = ::posix_spawn(&child, argv[0], &actions, &attributes, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attributes);
+  if (spawned != 0) {
+    process_result failed;
+    failed.status = 127;
+    failed.err = "cannot start " + args[0];
+    return failed;
   }
   if (pipe_fds[1] >= 0) ::close(pipe_fds[1]);
   process_result result;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -35,22 +37,39 @@ process_result check(const std::vector<std::string>& args, output_to stdout_to =
 
 std::string prefix = R"({"format": "normcheck/1", "ranks": [{"targets": [)";
 
-// Runs one bomb, prints what it cost and checks the verdict and the memory bound. The content is
-// written and released before the run: a forked child starts with its parent's resident pages, and
-// they count toward its peak.
-void defuse(const std::string& name, const std::function<std::string()>& make, const std::string& code,
-            const std::string& names) {
+// Writes make() to `path` from a forked process and returns its size. The test process never holds the
+// content: a child's peak resident set starts at its parent's (the pages count until exec), so the
+// parent stays as small as it can.
+std::size_t write_apart(const std::string& path, const std::function<std::string()>& make) {
+  const pid_t writer = ::fork();
+  if (writer == 0) {
+    hardening::write_text(path, make());
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(writer, &status, 0);
+  struct stat info {};
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  return static_cast<std::size_t>(info.st_size);
+}
+
+// Writes make() apart, runs `check` on it and prints what it cost; `size` receives the file's size.
+process_result check_written(const char* kind, const std::string& name, const std::function<std::string()>& make,
+                             std::size_t& size) {
   hardening::temporary_directory dir;
   const std::string path = dir / (name + ".json");
-  std::size_t size = 0;
-  {
-    const std::string content = make();
-    size = content.size();
-    hardening::write_text(path, content);
-  }
+  size = write_apart(path, make);
   const process_result result = check({path});
-  std::printf("bomb %-26s %9zu bytes: exit %d in %.3f s, peak %ld KiB\n", name.c_str(), size, result.status,
+  std::printf("%-6s %-34s %9zu bytes: exit %d in %.3f s, peak %ld KiB\n", kind, name.c_str(), size, result.status,
               result.seconds, result.peak_kib);
+  return result;
+}
+
+// Runs one bomb and checks the verdict, the message and the memory bound.
+void defuse(const std::string& name, const std::function<std::string()>& make, const std::string& code,
+            const std::string& names) {
+  std::size_t size = 0;
+  const process_result result = check_written("bomb", name, make, size);
   CAPTURE(name);
   CAPTURE(result.out);
   CHECK_FALSE(result.timed_out);
@@ -60,7 +79,84 @@ void defuse(const std::string& name, const std::function<std::string()>& make, c
   CHECK(result.peak_kib < peak_bound_kib);
 }
 
+// Runs a document within every limit that is nevertheless costly for its size, and checks that it is
+// judged within the input's size + 64 MiB (the normal build) and the time limit.
+void afford(const std::string& name, const std::function<std::string()>& make) {
+  std::size_t size = 0;
+  const process_result result = check_written("costly", name, make, size);
+  CAPTURE(name);
+  CAPTURE(result.out);
+  CHECK_FALSE(result.timed_out);
+  CHECK(result.status == 0);
+  CHECK(result.peak_kib < static_cast<long>(size / 1024) + peak_bound_kib);
+}
+
+std::string repeat(const std::string& part, std::size_t times, const std::string& separator = ",") {
+  std::string out;
+  out.reserve(times * (part.size() + separator.size()));
+  for (std::size_t i = 0; i < times; ++i) out += (i ? separator : "") + part;
+  return out;
+}
+
+// `count` distinct odd integers of `digits` digits, none divisible by 5, as fraction literals "1/q".
+std::string distinct_fractions(std::size_t count, std::size_t digits) {
+  std::string out;
+  std::uint64_t state = 88172645463325252ull;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::string q;
+    for (std::size_t d = 0; d + 1 < digits; ++d) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      q += static_cast<char>('1' + state % 9);
+    }
+    q += "1379"[i % 4];
+    out += (i ? ",\"1/" : "\"1/") + q + "\"";
+  }
+  return out;
+}
+
+const std::string update = R"({"format": "normcheck/1", )";
+
 }  // namespace
+
+TEST_CASE("documents that cost more than their size are limit_exceeded quickly, the rest judged in little memory") {
+  // Each microbatch costs memory however short it is written.
+  defuse("three_million_empty_microbatches",
+         [] { return update + R"("ranks": [{"microbatches": [)" + repeat("[]", 3000000) + "]}]}"; },
+         "limit_exceeded", "--max-microbatches");
+  defuse("half_a_million_empty_ranks", [] { return update + R"("ranks": [)" + repeat(R"({"targets":[]})", 500000) + "]}"; },
+         "limit_exceeded", "--max-microbatches");
+  // A short literal that is a long number, kept once per microbatch.
+  defuse("hundred_thousand_tiny_microbatches",
+         [] { return update + R"("ranks": [{"microbatches": [)" + repeat(R"(["1e-10000"])", 100000) + "]}]}"; },
+         "limit_exceeded", "--max-exact-digits");
+  // Fractions whose denominators share nothing: their sum holds them all.
+  defuse("fractions_on_two_thousand_ranks",
+         [] {
+           std::string ranks;
+           const std::string each = distinct_fractions(2000, 1000);
+           std::size_t start = 0;
+           for (std::size_t r = 0; r < 2000; ++r) {
+             const std::size_t end = each.find(',', start);
+             ranks += (r ? ",{\"targets\":[" : "{\"targets\":[") + each.substr(start, end - start) + "]}";
+             start = end + 1;
+           }
+           return update + R"("ranks": [)" + ranks + "]}";
+         },
+         "limit_exceeded", "--max-fraction-digits");
+  defuse("twenty_thousand_fractions", [] { return prefix + distinct_fractions(20000, 100) + "]}]}"; },
+         "limit_exceeded", "--max-fraction-digits");
+
+  // Within the limits: the most microbatches, the most kept digits, a tiny θ over many microbatches.
+  afford("most_microbatches",
+         [] { return update + R"("ranks": [{"microbatches": [)" + repeat("[1]", 199999) + "]}]}"; });
+  afford("most_ranks", [] { return update + R"("ranks": [)" + repeat(R"({"targets":[1]})", 199999) + "]}"; });
+  afford("tiny_microbatches",
+         [] { return update + R"("ranks": [{"microbatches": [)" + repeat(R"(["1e-10000"])", 3000) + "]}]}"; });
+  afford("tiny_theta", [] {
+    return update + R"("theta": "1e-10000", "ranks": [{"microbatches": [)" + repeat("[1]", 100000) + "]}]}";
+  });
+  afford("distinct_fractions", [] { return prefix + distinct_fractions(900, 100) + "]}]}"; });
+}
 
 TEST_CASE("the bombs are rejected quickly in little memory") {
   // The schema rejects the first unexpected array; the brackets are never closed, so it is also cut off.
@@ -98,6 +194,29 @@ TEST_CASE("the limit options raise the limits") {
   CHECK(check({"--max-digits", "100001", dir / "d.json"}).status == 0);
   CHECK(check({"--max-depth", "100000", dir / "e.json"}).status == 2);
   CHECK(check({"--max-depth", "100001", dir / "e.json"}).status == 2);  // beyond the option's range: misuse
+
+  hardening::write_text(dir / "m.json", update + R"("ranks": [{"microbatches": [[1], [], [2]]}, {"targets": [3]}]})");
+  CHECK(check({"--max-microbatches", "3", dir / "m.json"}).status == 2);
+  CHECK(check({"--max-microbatches", "4", dir / "m.json"}).status == 0);
+  hardening::write_text(dir / "x.json", prefix + R"("1e-1000"]}]})");  // two sums of about 1,000 digits
+  CHECK(check({"--max-exact-digits", "1500", dir / "x.json"}).status == 2);
+  CHECK(check({"--max-exact-digits", "2500", dir / "x.json"}).status == 0);
+  hardening::write_text(dir / "f.json", prefix + distinct_fractions(10, 100) + "]}]}");
+  CHECK(check({"--max-fraction-digits", "900", dir / "f.json"}).status == 2);
+  CHECK(check({"--max-fraction-digits", "1100", dir / "f.json"}).status == 0);
+  for (const char* option : {"--max-file-size", "--max-microbatches", "--max-exact-digits", "--max-fraction-digits"}) {
+    CAPTURE(option);
+    CHECK(check({option, "-1", good_case}).status == 2);  // misuse, never a wrapped-around limit
+    CHECK(check({option, "0", good_case}).status == 2);
+  }
+}
+
+TEST_CASE("repeated fraction denominators, and those of 2s and 5s, count nothing against the fraction limit") {
+  hardening::temporary_directory dir;
+  hardening::write_text(dir / "same.json", prefix + repeat("\"1/" + std::string(99, '3') + "7\"", 5000) + "]}]}");
+  hardening::write_text(dir / "decimal.json", prefix + repeat("\"1/" + std::string("1") + std::string(400, '0') + "\"", 50) + "]}]}");
+  CHECK(check({"--max-fraction-digits", "150", dir / "same.json"}).status == 0);
+  CHECK(check({"--max-fraction-digits", "1", dir / "decimal.json"}).status == 0);
 }
 
 TEST_CASE("paths that are not partition files are each reported and the others still checked") {

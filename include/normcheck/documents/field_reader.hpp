@@ -12,10 +12,34 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
 namespace normcheck {
+
+class field_reader;
+
+/// What a document's exact values cost, counted while it is read, against `reader_limits`: the digits of
+/// the values it keeps (`max_exact_digits`) and of the distinct fraction denominators it holds, factors 2
+/// and 5 apart (`max_fraction_digits`). Beyond either the document is `limit_exceeded` at once, naming the
+/// option that raises the limit, instead of costing more time and memory than its size.
+class exact_budget {
+public:
+  explicit exact_budget(const reader_limits& limits) : limits_(limits) {}
+
+  /// Counts a fraction literal's denominator once per distinct value (its factors 2 and 5 apart: their
+  /// powers add nothing to a common denominator beyond the largest).
+  void note_denominator(const integer& denominator, const field_reader& at, std::uint64_t offset);
+  /// Counts the digits of a value the document keeps.
+  void note_kept(const rational& value, const field_reader& at, std::uint64_t offset);
+
+private:
+  reader_limits limits_;
+  std::uint64_t kept_bits_ = 0;
+  std::uint64_t fraction_bits_ = 0;
+  std::set<std::string, std::less<>> denominators_;  // distinct odd-and-not-5 parts, in base 32
+};
 
 /// A json_reader with the typed reads of a document's fields.
 class field_reader : public json_reader {
@@ -24,8 +48,15 @@ public:
   /// Reads on from where `json` stands.
   explicit field_reader(json_reader json) : json_reader(std::move(json)) {}
 
-  /// A second reader over the same text at `offset` (see json_reader::at).
-  field_reader at(std::uint64_t offset) const { return field_reader(json_reader::at(offset)); }
+  /// A second reader over the same text at `offset` (see json_reader::at), counting against the same budget.
+  field_reader at(std::uint64_t offset) const {
+    field_reader other(json_reader::at(offset));
+    other.budget_ = budget_;
+    return other;
+  }
+
+  /// Counts the fraction literals read from now on against `budget` (none: not counted).
+  void count_against(exact_budget* budget) noexcept { budget_ = budget; }
 
   /// An exact number, taken apart: a JSON number, or a string holding a fraction, hexadecimal float or
   /// decimal. Literal errors (bad_number, number_out_of_range) are located at the value.
@@ -61,6 +92,8 @@ public:
   [[noreturn]] void fail_unknown_key(std::string_view key, std::string_view where_and_known);
 
 private:
+  exact_budget* budget_ = nullptr;
+
   literal_parts parse_at(std::string_view written, literal_form form, std::uint64_t offset);
   [[noreturn]] void fail_unknown(std::string_view what, std::string_view spelled, std::string_view alternatives,
                                  std::uint64_t offset);

@@ -22,6 +22,15 @@ struct reader_limits {
   std::size_t max_depth = 64;                       ///< deepest nesting of arrays and objects
   std::uint64_t max_file_size = 1ull << 30;         ///< largest input in bytes (1 GiB)
   number_limits numbers;                            ///< exponent and digit limits of literals
+  /// Most microbatches of one update, over all ranks (a rank has at least one): each costs memory however
+  /// short it is written (`[]` is two bytes; one with tokens keeps its sums, about 300 bytes).
+  std::uint64_t max_microbatches = 200'000;
+  /// Most digits the exact values a document keeps may take together (every microbatch's sums): `1e-10000`
+  /// is eight characters and a ten-thousand-digit value.
+  std::uint64_t max_exact_digits = 64'000'000;
+  /// Most digits of the distinct denominators of fraction literals (p/q), factors 2 and 5 apart: a sum of
+  /// fractions whose denominators share nothing has them all in its own, and costs accordingly.
+  std::uint64_t max_fraction_digits = 100'000;
 };
 
 /// The kind of the next JSON value.
