@@ -11,13 +11,14 @@ file_report check_scenario(std::string_view text, std::string source, const chec
   report.file = source;
   report.kind = document_kind::scenario;
   scenario s;
+  simulation run;
   try {
     s = read_scenario(text, std::move(source), options.limits);
+    run = simulate(s);  // may stop a run whose values grow beyond the digit-work limit
   } catch (const error& e) {
     judge_rejection(report, e, text, options.limits);
     return report;
   }
-  const simulation run = simulate(s);
   report.details = summarize_simulation(s, run);
   report.expected_error = s.expect_error;
   if (s.expect_error)

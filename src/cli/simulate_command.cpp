@@ -25,7 +25,13 @@ outcome run_simulate(const simulate_options& options) {
   const std::string text = load_file(options.path, options.limits);
   require_kind(text, document_kind::scenario, "simulate", source, options.limits);
   const scenario s = read_scenario(text, source, options.limits);
-  const simulation run = simulate(s);
+  simulation run;
+  try {
+    run = simulate(s);
+  } catch (error& e) {  // the digit-work limit: the whole file is the place
+    e.locate(location{source});
+    throw;
+  }
   std::vector<std::string> failures = unmet_expectations(s, run);
   if (s.expect_error)
     failures.insert(failures.begin(), "expected rejection with " + std::string(code_name(*s.expect_error)) +

@@ -2,6 +2,8 @@
 
 
 #include <algorithm>
+#include <bit>
+#include <string>
 
 namespace normcheck {
 
@@ -209,6 +211,71 @@ replica_state sgd_step(const replica_state& state, const vector& applied, const 
   return next;
 }
 
+// The limbs of a number, 0 for 0.
+std::uint64_t limbs_of(const integer& value) {
+  return value == 0 ? 0 : (boost::multiprecision::msb(abs(value)) + 64) / 64;
+}
+
+// What a run's values cost so far: the work of operating on them and the memory of its records.
+struct run_cost {
+  std::uint64_t digit_work = 0;
+  std::uint64_t kept_limbs = 0;
+};
+
+// What a rational costs beside its limbs, in limbs: its two integers' headers and their allocations; and
+// what a vector of them costs beside its elements (its header and allocation).
+constexpr std::uint64_t rational_overhead_limbs = 10;
+constexpr std::uint64_t vector_overhead_limbs = 8;
+
+// Notes the values of `values` in the longest limbs seen and in the limbs kept.
+void measure(const parameter_vector& values, std::uint64_t& longest, std::uint64_t& kept) {
+  kept += vector_overhead_limbs;
+  for (const rational& v : values) {
+    const std::uint64_t top = limbs_of(numerator(v));
+    const std::uint64_t bottom = limbs_of(denominator(v));
+    longest = std::max({longest, top, bottom});
+    kept += top + bottom + rational_overhead_limbs;
+  }
+}
+
+// Charges one completed step to the run's cost. Its digit work: the step's operations (a product of the
+// Gram matrix per microbatch, an update per rank and the reference) times the cost of an operation on
+// the longest number then held, L·log²L in 64-bit limbs (GMP's gcd canonicalizes every result). Its
+// memory: the limbs of every value the step's record keeps. A scenario whose values grow every step (a
+// many-digit decay, momentum) is stopped here, long before its cost is paid.
+void charge(const scenario& s, const step_record& record, run_cost& cost) {
+  std::uint64_t longest = 1;
+  std::uint64_t kept = 0;
+  for (const rank_step& rank : record.ranks) {
+    for (const parameter_vector* values : {&rank.start.theta, &rank.start.momentum, &rank.local_gradient,
+                                           &rank.reduced_gradient, &rank.objective_gradient,
+                                           &rank.applied_gradient, &rank.end.theta, &rank.end.momentum})
+      measure(*values, longest, kept);
+  }
+  const reference_step& reference = record.reference;
+  for (const parameter_vector* values : {&reference.gradient, &reference.applied_gradient, &reference.end.theta,
+                                         &reference.end.momentum})
+    measure(*values, longest, kept);
+  const std::uint64_t d = s.dimension;
+  std::uint64_t microbatches = 0;
+  for (const rank_batch& rank : s.steps[record.step - 1].ranks) microbatches += rank.microbatches.size();
+  const std::uint64_t log_limbs = std::bit_width(longest);
+  cost.digit_work += (microbatches * d * d + (record.ranks.size() + 1) * d) * longest * log_limbs * log_limbs;
+  cost.kept_limbs += kept;
+  const std::string reached = "after step " + std::to_string(record.step) + " the simulation's exact values reach " +
+                              std::to_string(longest * 64 * 30103 / 100000) + " digits";
+  const std::string advice = ": rates or a decay with many digits, with momentum, lengthen every value at every "
+                             "step; give fewer steps, ranks or parameters, or shorter rates";
+  if (cost.digit_work > scenario_max_digit_work)
+    throw error(error_code::limit_exceeded, reached + ", and the work they cost passes the limit of " +
+                                                std::to_string(scenario_max_digit_work) +
+                                                " (operations × limbs × log² limbs)" + advice);
+  if (cost.kept_limbs > scenario_max_kept_limbs)
+    throw error(error_code::limit_exceeded, reached + ", and the record of the run passes " +
+                                                std::to_string(scenario_max_kept_limbs * 8 >> 20) + " MiB" +
+                                                advice);
+}
+
 }  // namespace
 
 simulation simulate(const scenario& s) {
@@ -227,6 +294,7 @@ simulation simulate(const scenario& s) {
   run.start_up = states;
   replica_state reference = initial;
   std::vector<bool> local_clipping(world_size, false);
+  run_cost cost;
 
   for (std::uint64_t index = 0; index < s.steps.size(); ++index) {
     const std::uint64_t step = index + 1;
@@ -302,6 +370,7 @@ simulation simulate(const scenario& s) {
     ref.applied_gradient = clip(ref.gradient, ref.gradient, optimizer, ref.clip);
     ref.end = sgd_step(reference, ref.applied_gradient, ref.learning_rate, optimizer);
     reference = ref.end;
+    charge(s, record, cost);
     run.steps.push_back(std::move(record));
   }
   run.first_divergence = find_first_divergence(s, run);

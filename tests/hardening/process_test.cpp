@@ -158,6 +158,24 @@ TEST_CASE("documents that cost more than their size are limit_exceeded quickly, 
   afford("distinct_fractions", [] { return prefix + distinct_fractions(900, 100) + "]}]}"; });
 }
 
+TEST_CASE("a scenario whose exact values grow every step is limit_exceeded within a second") {
+  // A 30-digit rate decayed by a 30-digit factor every step, with momentum: θ's denominator gains the
+  // digits of every rate so far, a cost that grows with the cube of the steps (100 steps took 28 s).
+  const std::string optimizer =
+      R"("optimizer": {"lr": "0.123456789012345678901234567891", "momentum": "0.9",)"
+      R"( "lr_decay": {"every": 1, "gamma": "0.987654321098765432109876543211"}})";
+  defuse("decay_with_momentum", [&] {
+    return R"({"format": "normcheck-scenario/1", "theta": "1/3", "loss_scale": "scaled_sum", )" + optimizer +
+           R"(, "steps": [{"ranks": [{"targets": [1, 2]}, {"targets": [3]}], "repeat": 300}]})";
+  }, "limit_exceeded", "the work they cost passes the limit");
+  // The same on 1024 ranks: each step's record holds every rank's values.
+  defuse("decay_on_many_ranks", [&] {
+    return R"({"format": "normcheck-scenario/1", "theta": 0, "loss_scale": "scaled_sum", )" + optimizer +
+           R"(, "steps": [{"ranks": [)" + repeat(R"({"targets": [1]}, {"targets": [2, 3]})", 512) +
+           R"(], "repeat": 60}]})";
+  }, "limit_exceeded", "the record of the run passes");
+}
+
 TEST_CASE("the bombs are rejected quickly in little memory") {
   // The schema rejects the first unexpected array; the brackets are never closed, so it is also cut off.
   defuse("million_brackets", [] { return prefix + std::string(1000000, '['); }, "schema_error", "found an array");

@@ -30,6 +30,13 @@ inline constexpr std::size_t scenario_max_dimension = 16;
 /// Most work a scenario may ask for: T·Σₜ(microbatches of step t)·d². Exact values grow with every step,
 /// so the cost grows with the square of the number of steps T.
 inline constexpr std::uint64_t scenario_max_work = 10'000'000;
+/// Most digit work a simulation may do: over the steps, the step's operations times L·log²L, L the limbs
+/// of the longest number the run then holds. The work limit counts operations before the run; this one
+/// counts what they cost as the exact values lengthen, and stops the run in about a second.
+inline constexpr std::uint64_t scenario_max_digit_work = 40'000'000;
+/// Most memory the record of a simulation may keep (every rank's values at every step), in 64-bit limbs
+/// with each rational's own overhead counted: 24 MiB.
+inline constexpr std::uint64_t scenario_max_kept_limbs = 3ull << 20;
 
 /// Parameters, gradients and momentum buffers: one exact value per coordinate.
 using parameter_vector = std::vector<rational>;
