@@ -62,9 +62,10 @@ void print_text(std::ostream& out, const file_report& report) {
   for (std::size_t i = 0; i < all_strategies.size(); ++i) {
     const strategy s = all_strategies[i];
     const std::optional<rational>& value = report.gradients[i];
-    out << "      " << padded(strategy_name(s), 16) << padded(strategy_formula(s, update.objective), 19) << "= "
+    // Each column ends in a space, however long its text: a long value never runs into the next word.
+    out << "      " << padded(strategy_name(s), 15) << " " << padded(strategy_formula(s, update.objective), 18) << " = "
         << padded(on_screen(value), 14) << " ";
-    if (value) out << padded("≈ " + approximate(*value), 16);
+    if (value) out << padded("≈ " + approximate(*value), 15) << " ";
     else out << padded("", 16);
     if (s == strategy::global_mean) out << "the objective";
     else if (!value) out << "undefined here";

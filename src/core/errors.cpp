@@ -27,6 +27,14 @@ std::optional<error_code> code_from_name(std::string_view name) noexcept { retur
 error::error(error_code code, std::string message, std::optional<location> where)
     : std::runtime_error(message), code_(code), message_(std::move(message)), where_(std::move(where)) {}
 
+error& error::mark_cut_off_later() {
+  if (!truncated_)
+    message_ += "; besides, the document is cut off (it ends with a bracket or string still open), so it can "
+                "never pass";
+  truncated_ = true;
+  return *this;
+}
+
 void error::locate(location where) {
   if (!where_) where_ = std::move(where);
 }

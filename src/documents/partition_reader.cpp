@@ -2,6 +2,8 @@
 
 #include "normcheck/core/utf8.hpp"
 
+#include <limits>
+
 
 namespace normcheck {
 
@@ -38,7 +40,9 @@ public:
         saw_ranks = true;
       } else if (key == "world_size") {
         world_size_offset = json_.value_offset();
-        file_.declared_world_size = json_.integer("world_size", 1, std::uint64_t{1} << 62);
+        // Above 2^64 − 1 it cannot be the number of ranks listed: world_size_mismatch, like any other W.
+        file_.declared_world_size =
+            json_.integer("world_size", 1, std::numeric_limits<std::uint64_t>::max(), error_code::world_size_mismatch);
       } else if (key == "reducer") {
         file_.update.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives());
       } else if (key == "theta") {

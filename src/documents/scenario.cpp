@@ -71,7 +71,7 @@ public:
         result_.description = std::string(json_.text("description"));
       } else if (key == "world_size") {
         world_size_offset_ = json_.value_offset();
-        declared_world_size_ = json_.integer("world_size", 1, scenario_max_world_size);
+        declared_world_size_ = json_.integer("world_size", 1, scenario_max_world_size, error_code::limit_exceeded);
       } else if (key == "theta") {
         theta_ = read_value("theta");
       } else if (key == "initial_sync") {

@@ -57,7 +57,7 @@ location json_reader::locate(std::uint64_t offset) const {
   const std::uint64_t start = text_.substr(0, 3) == "\xEF\xBB\xBF" && end >= 3 ? 3 : 0;
   for (std::uint64_t i = start; i < end; ++i) {
     const auto byte = static_cast<unsigned char>(text_[i]);
-    if (byte == '\n') {
+    if (byte == '\n' || (byte == '\r' && (i + 1 == text_.size() || text_[i + 1] != '\n'))) {  // LF, CRLF, lone CR
       ++where.line;
       column = 1;
     } else if ((byte & 0xC0) != 0x80) {
@@ -70,7 +70,8 @@ location json_reader::locate(std::uint64_t offset) const {
 
 void json_reader::fail(error_code code, std::string message, std::uint64_t offset) const {
   error e(code, std::move(message), locate(offset));
-  if (offset >= text_.size() || cut_off()) e.mark_truncated();
+  if (offset >= text_.size()) e.mark_truncated();  // the message is about the end
+  else if (cut_off()) e.mark_cut_off_later();
   throw e;
 }
 
@@ -97,7 +98,7 @@ bool json_reader::cut_off() const {
 }
 
 void json_reader::mark_if_cut_off(error& e) const {
-  if (cut_off()) e.mark_truncated();
+  if (cut_off()) e.mark_cut_off_later();
 }
 
 void json_reader::fail_unexpected(std::string_view expected) {

@@ -53,6 +53,9 @@ public:
   bool truncated() const noexcept { return truncated_; }
   /// Marks the error as caused by input that ended early.
   error& mark_truncated() noexcept { truncated_ = true; return *this; }
+  /// Marks an error met before the end of an input that is also cut off: truncated, and the message says
+  /// so, since the error's own code would not.
+  error& mark_cut_off_later();
   /// Attaches a location unless one is already known.
   void locate(location where);
 
