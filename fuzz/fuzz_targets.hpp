@@ -1,6 +1,6 @@
 #pragma once
 // The bodies of the fuzz targets, shared by the libFuzzer entry points (fuzz_reader.cpp,
-// fuzz_literal.cpp) and by the regression replay of the normal test suite
+// fuzz_literal.cpp, fuzz_recipe.cpp, fuzz_scenario.cpp) and by the regression replay of the normal test suite
 // (tests/hardening/regression_test.cpp). A broken property prints what broke and aborts, which
 // libFuzzer records as a crash and the test suite as a failed test.
 
@@ -9,6 +9,11 @@
 #include "normcheck/core/partition.hpp"
 #include "normcheck/core/rational.hpp"
 #include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/documents/scenario.hpp"
+#include "normcheck/recipes/prove.hpp"
+#include "normcheck/recipes/recipe.hpp"
+#include "normcheck/simulation/expectations.hpp"
+#include "normcheck/simulation/simulate.hpp"
 
 #include <climits>
 #include <cstdint>
@@ -282,6 +287,74 @@ inline void literal_one_input(std::string_view input) {
     require(stats.target_sum() == expected && stats.valid_tokens == accepted.size(),
             "microbatch_builder differs from the rational sum", input);
   }
+}
+
+/// The recipe language on any bytes: parsing gives an expression or a recipe_error whose column lies in
+/// the text; an expression evaluates at every count vector to a canonical value or a named zero divisor,
+/// the same twice; and the prover decides it (or says recipe_error) without anything else escaping.
+/// Returns whether the text parsed.
+inline bool recipe_one_input(std::string_view text) {
+  std::optional<recipe_expression> parsed;
+  try {
+    parsed = recipe_expression::parse(text);
+  } catch (const error& e) {
+    require(e.code() == error_code::recipe_error, "a recipe was rejected with " + std::string(code_name(e.code())), text);
+    const std::optional<location>& where = e.where();
+    require(!where || where->column <= text.size() + 1, "a recipe error's column lies beyond the text", text);
+    return false;
+  }
+  require(parsed->text() == text, "the expression does not keep its text", text);
+  // All counts 1; uneven counts; every count 0 (a divisor that vanishes); masses that are fractions.
+  const std::vector<count_values> points{
+      {rational(1), rational(1), rational(1), rational(1), rational(1), rational(1), rational(1), rational(1)},
+      {rational(3), rational(10), rational(4), rational(2), rational(2), rational(10), rational(4), rational(2)},
+      {rational(0), rational(0), rational(0), rational(0), rational(0), rational(0), rational(0), rational(0)},
+      {rational(2), rational(5), rational(3), rational(1), rational(3), rational(7, 2), rational(3, 2), rational(1, 2)},
+  };
+  for (const count_values& point : points) {
+    const recipe_value value = parsed->evaluate(point);
+    if (value.value) require(is_canonical(*value.value), "a recipe's value is not canonical", text);
+    else require(!value.zero_divisor.empty(), "a division by zero names no divisor", text);
+    const recipe_value again = parsed->evaluate(point);
+    require(again.value == value.value && again.zero_divisor == value.zero_divisor, "evaluation is not repeatable",
+            text);
+  }
+  for (const reducer_kind reducer : {reducer_kind::mean, reducer_kind::sum}) {
+    const recipe r{*parsed, reducer};
+    const objective_kind objective = parsed->mass_variable() ? objective_kind::weighted_token_mean
+                                                             : objective_kind::token_mean;
+    try {
+      (void)prove_recipe(r, objective);
+    } catch (const error& e) {
+      require(e.code() == error_code::recipe_error, "prove failed with " + std::string(code_name(e.code())), text);
+    }
+  }
+  return true;
+}
+
+/// The scenario reader and the simulation on any bytes: a run (complete or halted by its faults) whose
+/// expectations can be judged, or a normcheck::error; the run's records are as long as the scenario says.
+/// Returns whether the text was read as a scenario.
+inline bool scenario_one_input(std::string_view text) {
+  scenario s;
+  try {
+    s = read_scenario(text, "fuzz");
+  } catch (const error&) {
+    return false;
+  }
+  try {
+    const simulation run = simulate(s);
+    require(run.steps.size() <= s.steps.size(), "a run has more steps than its scenario", text);
+    require(run.stopped || run.steps.size() == s.steps.size(), "a run ended early without a halt", text);
+    require(run.start_up.size() == s.world_size(), "start-up states are not one per rank", text);
+    for (const step_record& record : run.steps)
+      require(record.ranks.size() == s.world_size(), "a step's record is not one per rank", text);
+    (void)unmet_expectations(s, run);
+  } catch (const error& e) {
+    require(e.code() == error_code::limit_exceeded, "a scenario that was read failed to run with " +
+                                                        std::string(code_name(e.code())), text);
+  }
+  return true;
 }
 
 }  // namespace normcheck::fuzz
