@@ -6,6 +6,13 @@
 #include "normcheck/recipes/recipe_section.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <sched.h>
+#include <thread>
 #include <system_error>
 #include <unistd.h>
 
@@ -139,6 +146,68 @@ file_report check_path(const std::filesystem::path& path, const check_options& o
     return report;
   }
   return check_text(text, name, options);
+}
+
+std::vector<file_report> check_paths(const std::vector<std::filesystem::path>& inputs, const check_options& options,
+                                     unsigned jobs, const std::function<void(const file_report&)>& each) {
+  std::vector<file_report> reports;
+  reports.reserve(inputs.size());
+  const std::size_t workers = std::min<std::size_t>(std::max(jobs, 1u), inputs.size());
+  if (workers <= 1) {
+    for (const std::filesystem::path& input : inputs) {
+      reports.push_back(check_path(input, options));
+      each(reports.back());
+    }
+    return reports;
+  }
+  // Workers take the next file in order; this thread hands the reports on in order as they complete.
+  std::vector<std::optional<file_report>> done(inputs.size());
+  std::vector<std::exception_ptr> failures(inputs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex guard;
+  std::condition_variable finished;
+  auto work = [&] {
+    for (std::size_t i = next++; i < inputs.size(); i = next++) {
+      std::optional<file_report> report;
+      std::exception_ptr failure;
+      try {
+        report = check_path(inputs[i], options);
+      } catch (...) {  // not a normcheck error (those are reports): handed to the calling thread
+        failure = std::current_exception();
+      }
+      const std::lock_guard<std::mutex> lock(guard);
+      done[i] = std::move(report);
+      failures[i] = failure;
+      finished.notify_all();
+    }
+  };
+  std::vector<std::jthread> threads;
+  for (std::size_t t = 0; t < workers; ++t) threads.emplace_back(work);
+  // However this thread leaves (a report delivered, an exception from `each` or a worker), the workers
+  // take no further file; the threads are joined after this guard.
+  struct stop_taking {
+    std::atomic<std::size_t>& next;
+    std::size_t end;
+    ~stop_taking() { next = end; }
+  } stop{next, inputs.size()};
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    std::unique_lock<std::mutex> lock(guard);
+    finished.wait(lock, [&] { return done[i].has_value() || failures[i]; });
+    if (failures[i]) std::rethrow_exception(failures[i]);
+    reports.push_back(std::move(*done[i]));
+    done[i].reset();
+    lock.unlock();
+    each(reports.back());
+  }
+  return reports;
+}
+
+unsigned available_cores() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0)
+    return static_cast<unsigned>(CPU_COUNT(&allowed));
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths) {

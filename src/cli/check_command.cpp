@@ -21,6 +21,7 @@ struct check_command_options {
   std::string junit;
   std::string output;
   check_options checking;
+  unsigned jobs = available_cores();
 };
 
 outcome run_check(const check_command_options& options) {
@@ -29,11 +30,10 @@ outcome run_check(const check_command_options& options) {
   // A gate that checked nothing must not pass.
   if (inputs.empty())
     throw error(error_code::usage_error, "nothing to check: the directories given hold no *.json file");
-  std::vector<file_report> reports;
-  for (const std::filesystem::path& input : inputs) {
-    reports.push_back(check_path(input, options.checking));
-    if (!options.json) print_text(std::cout, reports.back());
-  }
+  const std::vector<file_report> reports =
+      check_paths(inputs, options.checking, options.jobs, [&](const file_report& report) {
+        if (!options.json) print_text(std::cout, report);
+      });
   const run_summary summary = summarize(reports);
   if (options.json) std::cout << json_report(reports);
   else print_summary(std::cout, summary);
@@ -58,6 +58,10 @@ void add_check_command(CLI::App& app, action& run) {
   check->add_flag("--require-gate", options->checking.require_gate,
                   "Fail every file that carries no observed result for the gate (a CI gate that judges nothing fails)");
   add_reader_limits(*check, options->checking.limits);
+  check->add_option("--jobs,-j", options->jobs,
+                    "Files checked at once (default: the cores available); reports keep their order")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
   check->add_option("--output", options->output,
                     "Also write the --json report to this file (a temporary file renamed into place: never half-written)")
       ->check(output_path());

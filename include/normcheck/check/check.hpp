@@ -10,6 +10,7 @@
 #include "normcheck/documents/partition_reader.hpp"
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,15 @@ const section_registry& standard_sections();
 file_report check_text(std::string_view text, std::string source, const check_options& options = {});
 /// Checks the file at `path`; an unreadable path is an error report, never an exception.
 file_report check_path(const std::filesystem::path& path, const check_options& options = {});
+
+/// Checks `inputs` with up to `jobs` threads, one file per thread at a time, and hands each report to
+/// `each` in the order of `inputs`, as soon as it and every report before it are done: what a run prints
+/// and returns does not depend on `jobs` (1: one file after another in the calling thread).
+std::vector<file_report> check_paths(const std::vector<std::filesystem::path>& inputs, const check_options& options,
+                                     unsigned jobs, const std::function<void(const file_report&)>& each);
+
+/// The cores this process may run on (its CPU affinity), at least 1: the default of `--jobs`.
+unsigned available_cores();
 
 /// Records a rejection in `report`: it passes when the document expected exactly this error and is not cut
 /// off (a cut-off document never meets an expectation), and is an error otherwise. `text` is the document,
