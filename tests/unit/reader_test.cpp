@@ -168,7 +168,6 @@ TEST_CASE("world_size must be a positive integer") {
   CHECK(rejection(document(one_rank, R"("world_size": -1)")) == "schema_error at 4:17");
   CHECK(rejection(document(one_rank, R"("world_size": 1.5)")) == "schema_error at 4:17");
   CHECK(rejection(document(one_rank, R"("world_size": "1")")) == "schema_error at 4:17");
-  CHECK(rejection(document(one_rank, R"("world_size": 1e400)")) == "schema_error at 4:17");
 }
 
 TEST_CASE("a world_size other than the number of ranks is world_size_mismatch") {
@@ -176,6 +175,8 @@ TEST_CASE("a world_size other than the number of ranks is world_size_mismatch") 
   CHECK(rejection(document(two_ranks, R"("world_size": 3)")) == "world_size_mismatch at 4:17");
   CHECK(rejection(document(two_ranks, R"("world_size": 1)")) == "world_size_mismatch at 4:17");
   CHECK(message_of(document(two_ranks, R"("world_size": 3)")).find("2 ranks") != std::string::npos);
+  // Beyond 64 bits it cannot be the number of ranks either.
+  CHECK(rejection(document(one_rank, R"("world_size": 1e400)")) == "world_size_mismatch at 4:17");
 }
 
 TEST_CASE("the reducer is mean or sum") {
