@@ -3,6 +3,11 @@
 #include "normcheck/core/errors.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <sys/mman.h>
+#include <utility>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -39,10 +44,81 @@ std::string load_standard_input(const reader_limits& limits) {
   }
 }
 
+// Files mapped while they are read. A file that shrinks under its mapping makes reading past its new end
+// raise SIGBUS; the handler maps a page of zeros there instead and marks the mapping, so that the read goes
+// on and ends (the zeros are not JSON) and require_unchanged() reports io_error. A SIGBUS anywhere else
+// is handed back to the default action. The registry is a fixed table of atomics: the handler neither
+// allocates nor locks (mmap is a system call on Linux, safe in a handler there).
+struct mapping_slot {
+  std::atomic<bool> claimed{false};
+  std::atomic<std::uintptr_t> begin{0};
+  std::atomic<std::uintptr_t> end{0};
+  std::atomic<bool> shrank{false};
+};
+constexpr int mapping_slots = 64;
+mapping_slot mappings[mapping_slots];
+std::uintptr_t page_size = 4096;
+struct sigaction previous_bus_error {};
+
+extern "C" void on_bus_error(int, siginfo_t* info, void*) {
+  const auto address = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  for (mapping_slot& slot : mappings) {
+    const std::uintptr_t begin = slot.begin.load();
+    if (begin == 0 || address < begin || address >= slot.end.load()) continue;
+    void* page = reinterpret_cast<void*>(address & ~(page_size - 1));
+    if (::mmap(page, page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+      slot.shrank = true;
+      return;  // the faulting read is done again, and reads zeros
+    }
+    break;
+  }
+  ::sigaction(SIGBUS, &previous_bus_error, nullptr);  // not ours: the fault recurs under the old action
+}
+
+void install_bus_error_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    page_size = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    struct sigaction action {};
+    action.sa_sigaction = on_bus_error;
+    action.sa_flags = SA_SIGINFO;
+    ::sigemptyset(&action.sa_mask);
+    ::sigaction(SIGBUS, &action, &previous_bus_error);
+  });
+}
+
+// A free slot of the registry, or -1 when all are in use (the file is then read into memory).
+int claim_mapping_slot() {
+  install_bus_error_handler();
+  for (int i = 0; i < mapping_slots; ++i) {
+    bool expected = false;
+    if (mappings[i].claimed.compare_exchange_strong(expected, true)) return i;
+  }
+  return -1;
+}
+
+void watch_mapping(int slot, const char* begin, std::size_t size) {
+  mappings[slot].shrank = false;
+  mappings[slot].end = reinterpret_cast<std::uintptr_t>(begin) + size;
+  mappings[slot].begin = reinterpret_cast<std::uintptr_t>(begin);
+}
+
+bool mapping_shrank(int slot) { return mappings[slot].shrank.load(); }
+
+void release_mapping_slot(int slot) {
+  mappings[slot].begin = 0;
+  mappings[slot].end = 0;
+  mappings[slot].claimed = false;
+}
+
 }  // namespace
 
-std::string load_file(const std::filesystem::path& path, const reader_limits& limits) {
-  if (path == "-") return load_standard_input(limits);
+input_text open_input(const std::filesystem::path& path, const reader_limits& limits) {
+  input_text input;
+  if (path == "-") {
+    input.owned_ = load_standard_input(limits);
+    return input;
+  }
   const std::string name = path.string();
   auto reject = [&](error_code code, const std::string& why) { fail_reading(name, code, why); };
   // Opened without blocking (a FIFO would wait for a writer) and examined through the open
@@ -60,10 +136,8 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
                                  : cause == ENXIO   ? "is not a regular file (a socket or device is not read)"
                                                     : std::string("cannot open: ") + std::strerror(cause));
   }
-  struct descriptor {
-    int fd;
-    ~descriptor() { ::close(fd); }
-  } open_file{fd};
+  input.name_ = name;
+  input.fd_ = fd;  // closed with `input`, kept open so that a change of size can be seen after reading
   struct stat info {};
   if (::fstat(fd, &info) != 0) reject(error_code::io_error, std::string("cannot be examined: ") + std::strerror(errno));
   if (S_ISDIR(info.st_mode))
@@ -74,19 +148,75 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
   if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
                                            std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
-  std::string text(static_cast<std::size_t>(info.st_size), '\0');
+  input.size_ = static_cast<std::size_t>(info.st_size);
+  if (input.size_ > 0 && (input.slot_ = claim_mapping_slot()) >= 0) {
+    // Mapped, not copied: the text is the page cache itself, read in at once (MAP_POPULATE).
+    void* mapped = ::mmap(nullptr, input.size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (mapped != MAP_FAILED) {
+      input.mapped_ = static_cast<const char*>(mapped);
+      watch_mapping(input.slot_, input.mapped_, input.size_);
+      return input;
+    }
+    release_mapping_slot(input.slot_);
+    input.slot_ = -1;
+  }
+  // Not mapped (an empty file, no free slot, a file system without mmap): read into memory.
+  input.owned_.resize(input.size_);
   std::size_t filled = 0;
-  while (filled < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
+  while (filled < input.owned_.size()) {
+    const ssize_t n = ::read(fd, input.owned_.data() + filled, input.owned_.size() - filled);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) reject(error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
     if (n == 0) break;
     filled += static_cast<std::size_t>(n);
   }
-  char more = 0;
-  if (filled != text.size() || ::read(fd, &more, 1) > 0)
-    reject(error_code::io_error, "changed size while it was read");
+  if (filled != input.owned_.size()) reject(error_code::io_error, "changed size while it was read");
+  return input;
+}
+
+std::string load_file(const std::filesystem::path& path, const reader_limits& limits) {
+  input_text input = open_input(path, limits);
+  std::string text(input.view());
+  input.require_unchanged();
   return text;
+}
+
+input_text::input_text(input_text&& other) noexcept { *this = std::move(other); }
+
+input_text& input_text::operator=(input_text&& other) noexcept {
+  if (this != &other) {
+    close();
+    name_ = std::move(other.name_);
+    owned_ = std::move(other.owned_);
+    mapped_ = std::exchange(other.mapped_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    fd_ = std::exchange(other.fd_, -1);
+    slot_ = std::exchange(other.slot_, -1);
+  }
+  return *this;
+}
+
+input_text::~input_text() { close(); }
+
+void input_text::close() noexcept {
+  if (mapped_) ::munmap(const_cast<char*>(mapped_), size_);
+  if (slot_ >= 0) release_mapping_slot(slot_);
+  if (fd_ >= 0) ::close(fd_);
+  mapped_ = nullptr;
+  slot_ = -1;
+  fd_ = -1;
+}
+
+std::string_view input_text::view() const noexcept {
+  return mapped_ ? std::string_view(mapped_, size_) : std::string_view(owned_);
+}
+
+void input_text::require_unchanged() const {
+  if (fd_ < 0) return;  // standard input: read to its end
+  struct stat info {};
+  const bool shrank_under_mapping = slot_ >= 0 && mapping_shrank(slot_);
+  if (shrank_under_mapping || ::fstat(fd_, &info) != 0 || static_cast<std::uint64_t>(info.st_size) != size_)
+    fail_reading(name_, error_code::io_error, "changed size while it was read");
 }
 
 

@@ -1,5 +1,5 @@
-// Reading input files (io/files.hpp): a regular file is read whole; anything else is io_error, and a file
-// above the size limit limit_exceeded. The atomic writer has its own tests in tests/hardening/.
+// Reading input files (io/files.hpp): a regular file is read whole (mapped); anything else is io_error, a
+// file above the size limit limit_exceeded, and a file that changes size while read io_error. The atomic writer has its own tests in tests/hardening/.
 
 #include "normcheck/io/files.hpp"
 
@@ -65,4 +65,41 @@ TEST_CASE("load_file rejects a file above the size limit with limit_exceeded") {
   }
   limits.max_file_size = 100;
   CHECK(normcheck::load_file(file.path, limits).size() == 100);
+}
+
+TEST_CASE("a mapped file that shrinks while it is read reads as zeros and is reported changed, never SIGBUS") {
+  std::string content(256 * 1024, ' ');
+  content.front() = '{';
+  content.back() = '}';
+  const scratch_file file("shrinking.json", content);
+  const normcheck::input_text input = normcheck::open_input(file.path);
+  REQUIRE(input.view().size() == content.size());
+  std::filesystem::resize_file(file.path, 10);
+  // Every page past the new end would raise SIGBUS; the handler puts zeros there instead.
+  std::size_t zeros = 0;
+  for (char c : input.view()) zeros += c == '\0';
+  CHECK(zeros > content.size() - 8192);
+  CHECK(input.view().substr(0, 10) == content.substr(0, 10));
+  try {
+    input.require_unchanged();
+    FAIL("a shrunk file was not reported");
+  } catch (const normcheck::error& e) {
+    CHECK(e.code() == normcheck::error_code::io_error);
+    CHECK(e.message().find("changed size while it was read") != std::string::npos);
+  }
+}
+
+TEST_CASE("a file that grows after it was opened is reported changed") {
+  const scratch_file file("growing.json", "{\"a\": 1}\n");
+  const normcheck::input_text input = normcheck::open_input(file.path);
+  CHECK(input.view() == "{\"a\": 1}\n");
+  std::ofstream(file.path, std::ios::app) << "more";
+  CHECK_THROWS_AS(input.require_unchanged(), normcheck::error);
+}
+
+TEST_CASE("an empty file is read, not mapped") {
+  const scratch_file file("empty.json", "");
+  const normcheck::input_text input = normcheck::open_input(file.path);
+  CHECK(input.view().empty());
+  CHECK_NOTHROW(input.require_unchanged());
 }

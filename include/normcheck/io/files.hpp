@@ -1,8 +1,8 @@
 #pragma once
 /// \file io/files.hpp
-/// Files in and out: reading an input whole within a size limit, and writing an output so that an
-/// interrupted run leaves the old file or none, never half of one. Every command reads and writes
-/// files through these two functions.
+/// Files in and out: reading an input whole within a size limit (mapped, or copied), and writing an
+/// output so that an interrupted run leaves the old file or none, never half of one. Every command reads
+/// and writes files through these functions.
 
 #include "normcheck/io/json_reader.hpp"
 
@@ -14,6 +14,39 @@ namespace normcheck {
 
 /// How errors and reports name standard input, which commands read for the path "-".
 inline constexpr std::string_view standard_input_name = "<stdin>";
+
+/// The text of an input: a regular file mapped read-only, so that it is neither copied nor held in
+/// anonymous memory, or standard input (and the rare file that cannot be mapped) read into memory.
+class input_text {
+public:
+  input_text() = default;
+  input_text(input_text&& other) noexcept;
+  input_text& operator=(input_text&& other) noexcept;
+  input_text(const input_text&) = delete;
+  input_text& operator=(const input_text&) = delete;
+  ~input_text();
+
+  /// The text; valid while this object lives.
+  std::string_view view() const noexcept;
+  /// Throws `error(io_error)` naming the file when it changed size since it was opened. A file that shrinks
+  /// under its mapping reads as zeros past its new end instead of ending the process with SIGBUS, so
+  /// whatever was read from it must be set aside when this throws.
+  void require_unchanged() const;
+
+private:
+  friend input_text open_input(const std::filesystem::path& path, const reader_limits& limits);
+  void close() noexcept;
+
+  std::string name_;
+  std::string owned_;
+  const char* mapped_ = nullptr;
+  std::size_t size_ = 0;
+  int fd_ = -1;
+  int slot_ = -1;  // where the mapping is watched for SIGBUS
+};
+
+/// Opens an input as `load_file` reads it (the same checks and errors), mapping a regular file.
+input_text open_input(const std::filesystem::path& path, const reader_limits& limits = {});
 
 /// Reads a whole regular file, within `limits.max_file_size`; throws `error(io_error)` (a missing or
 /// unreadable path, a directory, a FIFO or device, a file that changes size while read) or
