@@ -36,7 +36,7 @@ file_report check_partition(std::string_view text, std::string source, const che
   file_report report;
   report.file = source;
   try {
-    partition_file document = read_partition(text, std::move(source), options.limits, standard_sections());
+    partition_file document = read_partition(text, std::move(source), options.limits, standard_sections(), options.jobs);
     report.gradients = compute_gradients(document.update);
     report.expected_error = document.expect_error;
     report.document = std::move(document);
@@ -136,16 +136,25 @@ file_report check_text(std::string_view text, std::string source, const check_op
 
 file_report check_path(const std::filesystem::path& path, const check_options& options) {
   const std::string name = path == "-" ? std::string(standard_input_name) : path.string();
-  std::string text;
-  try {
-    text = load_file(path, options.limits);
-  } catch (const error& e) {
+  auto rejected = [&](const error& e) {
     file_report report;
     report.file = name;
     judge_rejection(report, e, {}, options.limits);
     return report;
+  };
+  input_text input;
+  try {
+    input = open_input(path, options.limits);
+  } catch (const error& e) {
+    return rejected(e);
   }
-  return check_text(text, name, options);
+  file_report report = check_text(input.view(), name, options);
+  try {
+    input.require_unchanged();  // a file rewritten while it was checked has no verdict
+  } catch (const error& e) {
+    return rejected(e);
+  }
+  return report;
 }
 
 std::vector<file_report> check_paths(const std::vector<std::filesystem::path>& inputs, const check_options& options,
@@ -154,13 +163,18 @@ std::vector<file_report> check_paths(const std::vector<std::filesystem::path>& i
   reports.reserve(inputs.size());
   const std::size_t workers = std::min<std::size_t>(std::max(jobs, 1u), inputs.size());
   if (workers <= 1) {
+    check_options alone = options;
+    alone.jobs = std::max(jobs, 1u);  // one file at a time: its own reading may use the threads
     for (const std::filesystem::path& input : inputs) {
-      reports.push_back(check_path(input, options));
+      reports.push_back(check_path(input, alone));
       each(reports.back());
     }
     return reports;
   }
-  // Workers take the next file in order; this thread hands the reports on in order as they complete.
+  // Workers take the next file in order, each read on its worker alone; this thread hands the reports on
+  // in order as they complete.
+  check_options one_thread_each = options;
+  one_thread_each.jobs = 1;
   std::vector<std::optional<file_report>> done(inputs.size());
   std::vector<std::exception_ptr> failures(inputs.size());
   std::atomic<std::size_t> next{0};
@@ -171,7 +185,7 @@ std::vector<file_report> check_paths(const std::vector<std::filesystem::path>& i
       std::optional<file_report> report;
       std::exception_ptr failure;
       try {
-        report = check_path(inputs[i], options);
+        report = check_path(inputs[i], one_thread_each);
       } catch (...) {  // not a normcheck error (those are reports): handed to the calling thread
         failure = std::current_exception();
       }

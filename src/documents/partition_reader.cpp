@@ -2,12 +2,26 @@
 
 #include "normcheck/core/utf8.hpp"
 
+#include "token_pool.hpp"
+
 #include <limits>
+#include <memory>
 
 
 namespace normcheck {
 
 namespace {
+
+// Thrown when a parallel read meets what only the sequential reader reads.
+struct read_sequentially {};
+
+// Whether `word` occurs in `text`, found by its first letter (no number or literal holds a 'w'), not by a
+// quote, which a file of hexadecimal strings holds every dozen bytes.
+bool mentions(std::string_view text, std::string_view word) {
+  for (std::size_t at = text.find(word.front()); at != std::string_view::npos; at = text.find(word.front(), at + 1))
+    if (text.substr(at, word.size()) == word) return true;
+  return false;
+}
 
 constexpr std::string_view core_keys =
     "format, ranks, world_size, reducer, theta, objective, description, expect, expect_error";
@@ -16,10 +30,14 @@ constexpr std::string_view core_keys =
 class document_reader {
 public:
   document_reader(std::string_view text, std::string source, const reader_limits& limits,
-                  const section_registry& registry)
-      : json_(text, std::move(source), limits), budget_(limits) {
+                  const section_registry& registry, unsigned jobs)
+      : json_(text, std::move(source), limits), text_(text), budget_(limits) {
     json_.count_against(&budget_);
     for (const section_factory& make : registry) file_.sections.push_back(make());
+    // Large unweighted documents read their large token arrays on `jobs` workers (weights pair with
+    // their tokens on the reading thread).
+    if (jobs > 1 && text.size() >= parallel_document_bytes && !mentions(text, "weights\""))
+      pool_ = std::make_unique<detail::token_pool>(text, limits.numbers, jobs);
   }
 
   partition_file read() {
@@ -63,6 +81,7 @@ public:
         json_.fail_unknown_key(key, "(a normcheck/1 document has " + known_keys(&section::keys, core_keys) + ")");
       }
     }
+    collect_pooled();
     json_.finish();
     if (!saw_format)
       json_.fail(error_code::schema_error, "missing key \"format\": a partition file declares \"format\": \"normcheck/1\"", 0);
@@ -115,6 +134,7 @@ private:
         saw_targets = true;
         tokens_offset = json_.value_offset();
         rank.microbatches.push_back(read_tokens("targets"));
+        note_pooled(rank);
       } else if (key == "microbatches") {
         saw_microbatches = true;
         const std::uint64_t list_offset = json_.value_offset();
@@ -122,7 +142,10 @@ private:
         if (json_.peek() != json_kind::array)
           json_.fail_type("microbatches", "a non-empty array of token arrays");
         json_.begin_array();
-        while (json_.next_element()) rank.microbatches.push_back(read_tokens("each microbatch"));
+        while (json_.next_element()) {
+          rank.microbatches.push_back(read_tokens("each microbatch"));
+          note_pooled(rank);
+        }
         if (rank.microbatches.empty())
           json_.fail(error_code::schema_error,
                      "microbatches must not be empty: a rank takes part with at least one microbatch "
@@ -265,6 +288,14 @@ private:
                  offset);
     if (json_.peek() != json_kind::array)
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
+    if (pool_) {
+      const std::optional<std::uint64_t> close = detail::token_array_end(text_, offset);
+      if (close && *close - offset >= parallel_array_bytes) {
+        pooled_ticket_ = pool_->add(offset, *close);
+        json_.skip_to(*close + 1);
+        return {};  // filled in by collect_pooled
+      }
+    }
     json_.begin_array();
     microbatch_builder builder;
     machine_literal fast;
@@ -329,7 +360,43 @@ private:
     return out;
   }
 
+  // A token array handed to the pool stands in `rank` as an empty microbatch until collect_pooled.
+  void note_pooled(const rank_stats& rank) {
+    if (!pooled_ticket_) return;
+    pooled_.push_back({file_.update.ranks.size(), rank.microbatches.size() - 1, *pooled_ticket_});
+    pooled_ticket_.reset();
+  }
+
+  // Puts the pool's statistics in place, counted against the budget as the reading thread counts its own;
+  // any array the workers could not read as regular makes the caller read the document on one thread.
+  void collect_pooled() {
+    if (!pool_) return;
+    if (!pool_->finish()) throw read_sequentially{};
+    for (const pooled_array& array : pooled_) {
+      microbatch_stats stats = pool_->take(array.ticket);
+      if (stats.sums) {
+        budget_.note_kept(stats.sums->sum, json_, 0);
+        budget_.note_kept(stats.sums->abs_sum, json_, 0);
+      }
+      file_.update.ranks[array.rank].microbatches[array.microbatch] = std::move(stats);
+    }
+  }
+
+  // Documents and arrays large enough to be worth a worker.
+  static constexpr std::size_t parallel_document_bytes = 1 << 20;
+  static constexpr std::uint64_t parallel_array_bytes = 2048;
+
+  struct pooled_array {
+    std::size_t rank;
+    std::size_t microbatch;
+    std::size_t ticket;
+  };
+
   field_reader json_;
+  std::string_view text_;
+  std::unique_ptr<detail::token_pool> pool_;
+  std::optional<std::size_t> pooled_ticket_;
+  std::vector<pooled_array> pooled_;
   exact_budget budget_;
   std::uint64_t microbatches_ = 0;
   partition_file file_;
@@ -340,8 +407,17 @@ private:
 }  // namespace
 
 partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits,
-                              const section_registry& sections) {
-  return document_reader(text, std::move(source), limits, sections).read();
+                              const section_registry& sections, unsigned jobs) {
+  if (jobs > 1) {
+    try {
+      return document_reader(text, source, limits, sections, jobs).read();
+    } catch (const read_sequentially&) {
+      // an array the workers did not take: read again below
+    } catch (const error&) {
+      // the error of a sequential read, at its position, is the one reported: read again below
+    }
+  }
+  return document_reader(text, std::move(source), limits, sections, 1).read();
 }
 
 }  // namespace normcheck

@@ -63,6 +63,7 @@ run_summary summarize(const std::vector<file_report>& reports);
 struct check_options {
   reader_limits limits;
   bool require_gate = false;  ///< a file without an `observed` result for the gate fails (`--require-gate`)
+  unsigned jobs = 1;          ///< threads that may read one large document (see read_partition)
 };
 
 /// The sections of a normcheck/1 document that `check` reads, judges and reports, in report order:
@@ -74,9 +75,10 @@ file_report check_text(std::string_view text, std::string source, const check_op
 /// Checks the file at `path`; an unreadable path is an error report, never an exception.
 file_report check_path(const std::filesystem::path& path, const check_options& options = {});
 
-/// Checks `inputs` with up to `jobs` threads, one file per thread at a time, and hands each report to
-/// `each` in the order of `inputs`, as soon as it and every report before it are done: what a run prints
-/// and returns does not depend on `jobs` (1: one file after another in the calling thread).
+/// Checks `inputs` with up to `jobs` threads, one file per thread at a time (one file alone: its large
+/// token arrays on `jobs` threads), and hands each report to `each` in the order of `inputs`, as soon as it
+/// and every report before it are done: what a run prints and returns does not depend on `jobs` (1: one
+/// file after another in the calling thread).
 std::vector<file_report> check_paths(const std::vector<std::filesystem::path>& inputs, const check_options& options,
                                      unsigned jobs, const std::function<void(const file_report&)>& each);
 

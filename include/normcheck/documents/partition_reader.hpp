@@ -48,8 +48,10 @@ struct partition_file {
 
 /// Reads a normcheck/1 document with the handlers of `sections`. Throws `error` with the code and location
 /// of the first problem; a document without valid tokens is `no_valid_tokens`, a stale `world_size`
-/// `world_size_mismatch`, a key no handler reads `schema_error`.
+/// `world_size_mismatch`, a key no handler reads `schema_error`. With `jobs` > 1 the large token arrays of
+/// a large document are read on that many threads; the result, and any error with its position, are those
+/// of `jobs` = 1 (whatever the workers do not read as plain numbers and nulls is read again on one thread).
 partition_file read_partition(std::string_view text, std::string source, const reader_limits& limits = {},
-                              const section_registry& sections = {});
+                              const section_registry& sections = {}, unsigned jobs = 1);
 
 }  // namespace normcheck

@@ -79,6 +79,9 @@ public:
   void null_value();
   /// Skips the next value, validating it.
   void skip_value();
+  /// Goes on after a value that was read elsewhere: the value at the current position ends just before
+  /// `end`, an offset the caller found in the same text.
+  void skip_to(std::uint64_t end) noexcept { pos_ = end; }
   /// Requires that only whitespace follows the document.
   void finish();
 
