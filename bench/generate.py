@@ -1,7 +1,8 @@
 """Writes normcheck/1 partition files for the benchmark: token values as a dump would hold them.
 
 Decimal files hold Python's shortest round-trip repr of float64 values (what json.dump writes);
-hexadecimal files hold float.hex() strings, which keep a float's exact value. About 5% of positions
+hexadecimal files hold float.hex() strings, which keep a float's exact value; short-decimal files hold
+six decimal places (-6.850595), as a dump rounded for reading would. About 5% of positions
 are padding (null). Files are written once and reused while their name and size match.
 """
 
@@ -27,7 +28,7 @@ def write_partition(path, tokens, ranks, microbatches, literal, seed):
     counts = [int(tokens * w / total) for w in weights]
     counts[-1] += tokens - sum(counts)
     gauss = rng.gauss
-    fmt = repr if literal == "dec" else (lambda v: '"' + v.hex() + '"')
+    fmt = {"dec": repr, "hex": lambda v: '"' + v.hex() + '"', "short": lambda v: f"{v:.6f}"}[literal]
     tmp = path + ".part"
     with open(tmp, "w", buffering=1 << 20) as out:
         out.write('{\n  "format": "normcheck/1",\n')
