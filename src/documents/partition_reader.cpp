@@ -165,6 +165,9 @@ private:
                              : "a rank needs \"targets\" (one microbatch) or \"microbatches\" (several)",
                  offset);
     if (weights_offset) {
+      // Weights pair with their tokens here, on this thread (a key spelled with escapes escaped the check
+      // for weights before the parallel read).
+      if (!pooled_.empty() && pooled_.back().rank == file_.update.ranks.size()) throw read_sequentially{};
       if (!first_weights_offset) first_weights_offset = weights_offset;
       read_weights(rank, *tokens_offset, *weights_offset, saw_microbatches);
       for (const microbatch_stats& m : rank.microbatches)

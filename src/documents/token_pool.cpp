@@ -104,10 +104,16 @@ void token_pool::work() {
       if (next_ >= tasks_.size()) return;  // closed, nothing left
       current = &tasks_[next_++];
     }
-    microbatch_builder builder;
-    const bool regular =
-        read_regular_tokens(text_.substr(current->open + 1, current->close - current->open - 1), limits_, builder);
-    microbatch_stats stats = regular ? builder.finish() : microbatch_stats{};
+    bool regular = false;
+    microbatch_stats stats;
+    try {
+      microbatch_builder builder;
+      regular =
+          read_regular_tokens(text_.substr(current->open + 1, current->close - current->open - 1), limits_, builder);
+      if (regular) stats = builder.finish();
+    } catch (...) {  // out of memory, say: the reading thread reads it again and meets it there
+      regular = false;
+    }
     {
       const std::lock_guard<std::mutex> lock(guard_);
       current->stats = std::move(stats);

@@ -43,7 +43,8 @@ def document(rng, shape="dec", ranks=4, per_rank=40000, microbatches=1, plant=No
         groups = [values[i * size:(i + 1) * size] for i in range(microbatches)]
         arrays = ["[" + ", ".join(g) + "]" for g in groups]
         if weights:
-            w = ["[" + ", ".join("null" if v == "null" else "1" for v in g) + "]" for g in groups]
+            w = ["[" + ", ".join("null" if v == "null" else ("2", "1", "0.5")[i % 3] for i, v in enumerate(g)) + "]"
+                 for g in groups]
             parts.append('{"microbatches": [' + ", ".join(arrays) + '], "weights": [' + ", ".join(w) + "]}")
         elif microbatches == 1:
             parts.append('{"targets": ' + arrays[0] + "}")
@@ -69,6 +70,7 @@ def main(normcheck):
         "object_in_an_array": document(rng, plant='{"a": 1}'),
         "trailing_comma": document(rng).replace("]}", ",]}", 1),
         "weighted": document(rng, microbatches=2, weights=True),
+        "weighted_key_escaped": document(rng, microbatches=2, weights=True).replace('"weights"', '"weight\\u0073"'),
         "digit_limit_reached": document(rng, plant='"1e-9000"'),
         "expected_error_met": document(rng, plant="1.2.3").replace('"reducer"', '"expect_error": "bad_number", "reducer"'),
     }
