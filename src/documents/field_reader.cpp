@@ -30,9 +30,11 @@ std::uint64_t bits(const integer& value) { return value == 0 ? 1 : boost::multip
 }  // namespace
 
 void exact_budget::note_denominator(const integer& denominator, const field_reader& at, std::uint64_t offset) {
-  integer rest = denominator;
-  while (rest != 1 && !boost::multiprecision::bit_test(rest, 0)) rest >>= 1;
-  while (rest != 1 && rest % 5 == 0) rest /= 5;
+  // The factors 2 by one shift and the factors 5 by GMP's mpz_remove (a few divisions by powers of 5):
+  // one division per factor would cost a quadratic time on a denominator such as 10^100000.
+  integer rest = denominator >> boost::multiprecision::lsb(denominator);
+  const integer five = 5;
+  mpz_remove(rest.backend().data(), rest.backend().data(), five.backend().data());
   if (rest == 1) return;
   std::string key = rest.str(0, std::ios_base::hex);
   if (!denominators_.insert(std::move(key)).second) return;
