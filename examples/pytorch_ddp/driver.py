@@ -42,6 +42,7 @@ CHECKOUT_PACKAGE = os.path.normpath(os.path.join(HERE, "..", "..", "python"))
 if os.path.isdir(os.path.join(CHECKOUT_PACKAGE, "normcheck")):
     sys.path.insert(0, CHECKOUT_PACKAGE)
 from normcheck import dump  # noqa: E402 (standard library only at import)
+from normcheck.launch import exit_process  # noqa: E402
 
 TORCH_UNAVAILABLE = 3
 DTYPES = ("float32", "float64")
@@ -213,9 +214,7 @@ def worker(rank, world_size, port, dtype_name, jobs, settings, driver_pid):
     except BaseException:
         traceback.print_exc()
         status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    exit_process(status)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -25,11 +25,11 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from .check import NormcheckFailure
 
-__all__ = ["launch", "LaunchError", "ProbeFactory", "free_port"]
+__all__ = ["launch", "LaunchError", "ProbeFactory", "free_port", "exit_process"]
 
 
 class LaunchError(RuntimeError):
@@ -52,6 +52,17 @@ class ProbeFactory:
         options.setdefault("executable", self.executable)
         options.setdefault("directory", self.directory)
         return Probe(module, **options)
+
+
+def exit_process(status: int) -> NoReturn:
+    """Flush standard output and standard error, then end this process at once with ``status``.
+
+    A rank that is done should leave this way (``os._exit``) rather than return from its script: gloo can
+    hang in interpreter teardown. Nothing else is run at exit, so write every result before calling it.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def free_port() -> int:
@@ -117,9 +128,7 @@ def _worker(rank: int, world_size: int, port: int, step: Callable[..., Any], arg
     except BaseException:
         traceback.print_exc()
         status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    exit_process(status)
 
 
 def _kill(processes: List[Any]) -> List[int]:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_lm  # noqa: E402
 from normcheck import dump  # noqa: E402
+from normcheck.launch import exit_process  # noqa: E402
 from normcheck.torch import Probe  # noqa: E402
 
 
@@ -42,6 +43,4 @@ if __name__ == "__main__":
     except BaseException:
         traceback.print_exc()
         status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    exit_process(status)
