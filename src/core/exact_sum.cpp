@@ -307,9 +307,9 @@ rational tree_sum::value() const {
   return total;
 }
 
-rational sum_of(std::vector<rational>&& terms) {
+rational sum_of(const std::vector<rational>& terms) {
   tree_sum total;
-  for (rational& term : terms) total.add(std::move(term));
+  for (const rational& term : terms) total.add(term);
   return total.value();
 }
 

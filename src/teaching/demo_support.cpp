@@ -77,12 +77,6 @@ std::string tokens_text(const std::vector<token>& tokens) {
   return list_text(items);
 }
 
-rational sum_of(const std::vector<rational>& values) {
-  rational total;
-  for (const rational& v : values) total += v;
-  return total;
-}
-
 std::vector<rational> rank_sums(const partition& p) {
   std::vector<rational> sums;
   for (const rank_stats& rank : p.ranks) sums.push_back(loss_gradient_sum(rank, p.theta));

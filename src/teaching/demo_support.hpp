@@ -3,6 +3,7 @@
 // document is built from, probes that measure a token's weight through the library's gradient, and
 // the equal deals the controls use.
 
+#include "normcheck/core/exact_sum.hpp"  // sum_of
 #include "normcheck/teaching/demo.hpp"
 
 #include <optional>
@@ -43,8 +44,6 @@ std::string sum_text(const std::vector<rational>& terms);
 std::string list_text(const std::vector<std::string>& items);
 /// A microbatch's tokens, "null" for padding.
 std::string tokens_text(const std::vector<token>& tokens);
-/// Σ values.
-rational sum_of(const std::vector<rational>& values);
 /// Each rank's Sᵣ.
 std::vector<rational> rank_sums(const partition& p);
 

@@ -33,8 +33,8 @@ private:
   std::uint64_t count_ = 0;       // terms added: bit i set exactly when levels_[i] holds a block
 };
 
-/// The exact sum of `terms` by a `tree_sum`. The vector is used up.
-rational sum_of(std::vector<rational>&& terms);
+/// The exact sum of `terms`, added by a `tree_sum`.
+rational sum_of(const std::vector<rational>& terms);
 
 /// A decimal or hexadecimal literal taken apart into machine integers:
 /// (-1)^negative · significand · 2^exp2 · 5^exp5 (exp2 == exp5 for decimals, exp5 == 0 for hex).
