@@ -8,10 +8,6 @@ namespace {
 
 bool is_whitespace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-bool is_number_char(char c) {
-  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
-}
-
 }  // namespace
 
 std::optional<std::uint64_t> token_array_end(std::string_view text, std::uint64_t open) {
@@ -44,10 +40,11 @@ bool read_regular_tokens(std::string_view body, const number_limits& limits, mic
       i = close + 1;
       builder.add_token(literal);
     } else if (body[i] == '-' || (body[i] >= '0' && body[i] <= '9')) {
+      // What follows must be whitespace, a comma or the end (checked below): a longer number, such as
+      // 1.2.3, is not taken.
       const std::size_t length = scan_machine_prefix(body.substr(i), literal_form::json_number, limits, literal);
       if (length == 0) return false;
       i += length;
-      if (i < body.size() && is_number_char(body[i])) return false;
       builder.add_token(literal);
     } else {
       return false;
