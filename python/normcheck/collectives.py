@@ -164,14 +164,14 @@ def _reduce_op_name(op: Any) -> str:
     return str(op)
 
 
-_group_names: Dict[int, str] = {}
+_group_names: Dict[int, Tuple[Any, str]] = {}  # id -> (the group, kept alive so its id is not reused; name)
 
 
 def _group_name(group: Any) -> str:
     """'world' for the default group, else the group's name and global ranks."""
     known = _group_names.get(id(group))
-    if known is not None:
-        return known
+    if known is not None and known[0] is group:
+        return known[1]
     try:
         default = dist.distributed_c10d._get_default_group()
     except Exception:
@@ -185,7 +185,7 @@ def _group_name(group: Any) -> str:
             ranks = "?"
         label = getattr(dist.distributed_c10d, "_pg_names", {}).get(group) or getattr(group, "group_name", "")
         name = f"group {label} (ranks {ranks})" if label else f"ranks {ranks}"
-    _group_names[id(group)] = name
+    _group_names[id(group)] = (group, name)
     return name
 
 
