@@ -2,8 +2,11 @@
 // must find a counterexample, shrunk to a few tokens on a few ranks, printed as documents that
 // `normcheck check` replays as failures.
 
-#include "laws.hpp"
 #include "generators.hpp"
+#include "grouped_generators.hpp"
+#include "grouped_laws.hpp"
+#include "grouped_oracle.hpp"
+#include "laws.hpp"
 #include "oracle.hpp"
 
 #include "normcheck/check/check.hpp"
@@ -113,4 +116,93 @@ TEST_CASE("the weighted laws catch every planted normalization and a mass left o
   require_replayed_as_failure(require_small_counterexample("weight scaling for mass left out", weight_scaling(mass_left_out)));
   require_replayed_as_failure(
       require_small_counterexample("zero-mass rejection of updates with mass", zero_mass_rejection(gen_weighted_update())));
+}
+
+// ---- The laws of every declared objective, and the fit law ----------------------------------------------
+
+namespace {
+
+// Runs a grouped law, requires a counterexample, small, printed in the report; where the failure is the
+// library's or a value the implementation under test computed, `normcheck check` replays it as a failure.
+void require_grouped_counterexample(const std::string& name, const law& property) {
+  forget_grouped_counterexample();
+  const rc::detail::TestResult result = run_law(name, property);
+  rc::detail::FailureResult failure;
+  INFO(name);
+  REQUIRE_MESSAGE(result.match(failure), "the law found no counterexample");
+  const grouped_counterexample found = last_grouped_counterexample();
+  INFO(found.report);
+  INFO(reproduce_params(name, failure));
+  REQUIRE(!found.failing_documents.empty());
+  CHECK(failure.description == found.report);
+  for (std::size_t i = 0; i < found.failing_documents.size(); ++i) {
+    CHECK(failure.description.find(found.failing_documents[i]) != std::string::npos);
+    CHECK(oracle::valid_tokens(found.failing_updates[i]) <= 6);
+    CHECK(found.failing_updates[i].ranks.size() <= most_ranks);
+  }
+  bool replayed = false;
+  for (std::size_t i = 0; i < found.failing_documents.size() && !replayed; ++i) {
+    if (!found.replayable[i]) continue;
+    const file_report report = check_text(found.failing_documents[i], "counterexample.json");
+    INFO(found.failing_documents[i]);
+    CHECK(report.status == file_status::fail);
+    replayed = true;
+  }
+  const bool any_replayable = std::any_of(found.replayable.begin(), found.replayable.end(), [](bool b) { return b; });
+  CHECK(replayed == any_replayable);
+}
+
+std::string under(objective_kind objective) { return " under " + std::string(objective_name(objective)); }
+
+const std::vector<objective_kind> sequence_objectives{objective_kind::sequence_mean, objective_kind::sequence_sum_mean};
+const std::vector<objective_kind> not_token_mean{objective_kind::weighted_token_mean, objective_kind::sequence_mean,
+                                                 objective_kind::sequence_sum_mean, objective_kind::constant};
+const std::vector<objective_kind> all_objectives{objective_kind::token_mean, objective_kind::weighted_token_mean,
+                                                 objective_kind::sequence_mean, objective_kind::sequence_sum_mean,
+                                                 objective_kind::constant};
+
+}  // namespace
+
+TEST_CASE("the compensation law catches token-mean code, N for C, B with empty sequences, and local means") {
+  // Token-mean code where a sequence objective is declared, N where constant declares C, N where the weighted
+  // objective wants M.
+  for (objective_kind o : not_token_mean)
+    require_grouped_counterexample("compensation" + under(o) + " for token-mean code", grouped_compensation(o, token_mean_code()));
+  for (objective_kind o : sequence_objectives)
+    require_grouped_counterexample("compensation" + under(o) + " for B with empty sequences",
+                                   grouped_compensation(o, empty_sequences_counted()));
+  for (objective_kind o : all_objectives)
+    require_grouped_counterexample("compensation" + under(o) + " for local means", grouped_compensation(o, local_means()));
+}
+
+TEST_CASE("partition invariance catches a per-rank mean, token-mean code and B with empty sequences") {
+  for (objective_kind o : all_objectives)
+    require_grouped_counterexample("partition invariance" + under(o) + " for local means",
+                                   grouped_partition_invariance(o, local_means()));
+  for (objective_kind o : not_token_mean)
+    require_grouped_counterexample("partition invariance" + under(o) + " for token-mean code",
+                                   grouped_partition_invariance(o, token_mean_code()));
+  for (objective_kind o : sequence_objectives)
+    require_grouped_counterexample("partition invariance" + under(o) + " for B with empty sequences",
+                                   grouped_partition_invariance(o, empty_sequences_counted()));
+}
+
+TEST_CASE("the empty-rank law catches a world size that counts only ranks with tokens, and local means") {
+  for (objective_kind o : all_objectives) {
+    require_grouped_counterexample("empty-rank handling" + under(o) + " for W of ranks with tokens",
+                                   grouped_empty_rank(o, ranks_with_units_only()));
+    require_grouped_counterexample("empty-rank handling" + under(o) + " for local means", grouped_empty_rank(o, local_means()));
+  }
+}
+
+TEST_CASE("all-empty rejection catches an update given 0 and an update that holds a token") {
+  // Σℓ/C of no token is 0, but the update has no objective: it must be rejected (not replayable: the library
+  // rejects it, as the document says).
+  for (objective_kind o : all_objectives)
+    require_grouped_counterexample("all-empty rejection" + under(o) + " for 0 without tokens",
+                                   grouped_all_empty_rejection(o, zero_for_no_tokens()));
+  // A wrong input: updates with a valid token.
+  for (objective_kind o : all_objectives)
+    require_grouped_counterexample("all-empty rejection" + under(o) + " of updates with tokens",
+                                   grouped_all_empty_rejection(o, library_compensation(), gen_grouped_update(o)));
 }
