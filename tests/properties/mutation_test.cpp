@@ -2,6 +2,7 @@
 // must find a counterexample, shrunk to a few tokens on a few ranks, printed as documents that
 // `normcheck check` replays as failures.
 
+#include "fit_law.hpp"
 #include "generators.hpp"
 #include "grouped_generators.hpp"
 #include "grouped_laws.hpp"
@@ -205,4 +206,39 @@ TEST_CASE("all-empty rejection catches an update given 0 and an update that hold
   for (objective_kind o : all_objectives)
     require_grouped_counterexample("all-empty rejection" + under(o) + " of updates with tokens",
                                    grouped_all_empty_rejection(o, library_compensation(), gen_grouped_update(o)));
+}
+
+namespace {
+
+// Runs a fit law (against a wrong fitter), requires a counterexample printed in the report.
+void require_fit_counterexample(const std::string& name, const law& property) {
+  const rc::detail::TestResult result = run_law(name, property);
+  rc::detail::FailureResult failure;
+  INFO(name);
+  REQUIRE_MESSAGE(result.match(failure), "the law found no counterexample");
+  const fit_counterexample& found = last_fit_counterexample();
+  INFO(found.report);
+  REQUIRE(!found.failing_documents.empty());
+  CHECK(failure.description == found.report);
+}
+
+}  // namespace
+
+TEST_CASE("the fit law catches a fitter that sees only group 0 and one that sees the averaged table") {
+  // Both are the real gate judging a corrupted observation, so their counterexamples are documents the real
+  // gate judges as the law requires: the law's failure is the wrapper's, not replayable by `normcheck check`.
+  require_fit_counterexample("the fit law for a fitter of group 0", fit_law(group_zero_fitter()));
+  require_fit_counterexample("the fit law for a fitter of the averaged table", fit_law(averaged_table_fitter()));
+}
+
+TEST_CASE("the fit law for each mistake catches a fitter without a candidate and one that misreads the scale") {
+  const std::vector<std::pair<std::string, fitter>> wrong{
+      {"without count_padding", dropped_candidate_fitter("count_padding")},
+      {"without local_mean", dropped_candidate_fitter("local_mean")},
+      {"without sum_of_microbatch_means", dropped_candidate_fitter("sum_of_microbatch_means")},
+      {"reading every component doubled", misscaled_fitter()},
+  };
+  for (const auto& [what, gate] : wrong)
+    require_fit_counterexample("the fit law for each mistake, for a fitter " + what, fit_each_mistake(gate));
+  require_fit_counterexample("the fit law for a fitter reading every component doubled", fit_law(misscaled_fitter()));
 }
