@@ -4,13 +4,16 @@
     pip_install.py --source CHECKOUT --work DIR --constraints .ci/requirements.txt
 
 Run by the virtual environment of .ci/setup --tests (it has torch, pytest and the sdist builder). Steps:
-1. copy the checkout's files (those git tracks or would track) into DIR/checkout, make that copy a git
-   repository with everything committed, and make it read-only (chmod -R a-w);
-2. pip install it into a fresh virtual environment: the package builds its executable with CMake;
+1. copy the checkout's files (those git tracks or would track) into DIR/checkout/tree, make that copy a
+   git repository with everything committed, and make it read-only (chmod -R a-w);
+2. pip install it into a fresh virtual environment: the package builds its executable with CMake, in
+   DIR/checkout/build;
 3. in that environment: `normcheck --version` is the package's __version__, normcheck.torch imports, the
    package finds its own executable (not $NORMCHECK, not PATH), checks a bundled case that passes and one
    that fails through run_check, and the project's own pytest runs beside the installed package;
-4. build an sdist from the read-only copy, check what it holds, and do 2 and 3 again from it;
+4. build an sdist from the read-only copy, check what it holds, unpack it into DIR/sdist/tree as pip
+   would, and do 2 and 3 again from there (building in DIR/sdist/build: with ccache installed, the
+   same relative paths make this second build reuse the first's objects);
 5. the copy is unchanged: the same files, sizes, modes and times, and `git status --porcelain --ignored`
    empty (root ignores the missing write bits, so the listing is what proves nothing was written).
 
@@ -201,7 +204,7 @@ def main():
     make_writable(work)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    checkout = os.path.join(work, "checkout")
+    checkout = os.path.join(work, "checkout", "tree")
 
     # 1. The read-only copy, as a git repository with everything committed.
     source = os.path.abspath(options.source)
@@ -218,14 +221,22 @@ def main():
     if status_before:
         raise Failure(f"the copy is not clean before installing:\n{status_before}")
 
-    # Build requirements pinned like everything else; the build on both cores.
+    # Build requirements pinned like everything else; the build on both cores, through ccache if installed.
     pip_environment = clean_environment(PIP_CONSTRAINT=os.path.abspath(options.constraints),
                                         CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2),
                                         PIP_NO_INPUT="1")
+    if shutil.which("ccache"):
+        pip_environment.update(CMAKE_CXX_COMPILER_LAUNCHER="ccache", CCACHE_BASEDIR=work)
+
+    def install(python, tree):
+        build = os.path.join(os.path.dirname(tree), "build")
+        run([python, "-m", "pip", "install", "--quiet", "-C", f"build-dir={build}", tree], env=pip_environment,
+            cwd=work)
+
     try:
         # 2 and 3: from the checkout.
-        python = fresh_venv(os.path.join(work, "venv-checkout"))
-        run([python, "-m", "pip", "install", "--quiet", checkout], env=pip_environment, cwd=work)
+        python = fresh_venv(os.path.join(work, "checkout", "venv"))
+        install(python, checkout)
         check_installed(python, checkout, work, "checkout")
 
         # 4: from an sdist of the checkout.
@@ -234,8 +245,14 @@ def main():
             env=pip_environment, cwd=work)
         [sdist] = [os.path.join(dist, n) for n in os.listdir(dist) if n.endswith(".tar.gz")]
         check_sdist(sdist)
-        python = fresh_venv(os.path.join(work, "venv-sdist"))
-        run([python, "-m", "pip", "install", "--quiet", sdist], env=pip_environment, cwd=work)
+        unpacked = os.path.join(work, "sdist")
+        with tarfile.open(sdist) as archive:
+            [top] = {n.split("/", 1)[0] for n in archive.getnames()}
+            archive.extractall(unpacked)
+        tree = os.path.join(unpacked, "tree")
+        os.rename(os.path.join(unpacked, top), tree)
+        python = fresh_venv(os.path.join(unpacked, "venv"))
+        install(python, tree)
         check_installed(python, checkout, work, "sdist")
     finally:
         after, status_after = snapshot(checkout), git_status(checkout)
