@@ -175,6 +175,18 @@ def check_installed(venv_python, checkout, work, label):
     print(f"{label}: pytest beside the installed package: {output.strip().splitlines()[-1]}", flush=True)
 
 
+def real_cmake(work):
+    """The CMake executable that `cmake` on PATH runs in the end (CMAKE_COMMAND)."""
+    script = os.path.join(work, "where.cmake")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write('message(STATUS "${CMAKE_COMMAND}")\n')
+    found = run(["cmake", "-P", script]).strip()
+    os.remove(script)
+    if not found.startswith("-- ") or not os.path.isfile(found[3:]):
+        raise Failure(f"cmake -P printed {found!r}, not its own path")
+    return found[3:]
+
+
 def cmake_version(checkout):
     with open(os.path.join(checkout, "CMakeLists.txt"), encoding="utf-8") as f:
         return re.search(r"project\(normcheck\s+VERSION\s+([0-9][0-9.]*)", f.read()).group(1)
@@ -228,6 +240,12 @@ def main():
                                         PIP_NO_INPUT="1")
     if shutil.which("ccache"):
         pip_environment.update(CMAKE_CXX_COMPILER_LAUNCHER="ccache", CCACHE_BASEDIR=work)
+    # The CMake binary itself first on PATH: a wrapper in front of it (a version manager's shim) can be
+    # slow enough under load for the build backend to give up asking its version.
+    tools = os.path.join(work, "tools")
+    os.makedirs(tools)
+    os.symlink(real_cmake(work), os.path.join(tools, "cmake"))
+    pip_environment["PATH"] = os.pathsep.join([tools, pip_environment["PATH"]])
 
     def install(python, tree):
         build = os.path.join(os.path.dirname(tree), "build")
