@@ -1,7 +1,8 @@
 """The package without its native core, beside an executable built on its own (build/normcheck).
 
 Two routes, as docs/python.md says: the checkout itself on PYTHONPATH, and a pure wheel
-(``pip install -C wheel.cmake=false``) into a folder; both with NORMCHECK naming the executable.
+(``pip install --config-settings wheel.cmake=false``) into a folder; both with NORMCHECK naming the
+executable.
 ``pip install .`` with the executable built in is tests/package/pip_install.py.
 """
 
@@ -86,7 +87,7 @@ def test_a_pure_wheel_into_a_folder_with_normcheck_set(tmp_path, executable):
     target = tmp_path / "target"
     # The build requirements are pinned like the rest (.ci/requirements.txt); no CMake run, no executable.
     pip_environment = clean_environment(PIP_CONSTRAINT=os.path.join(TOP, ".ci", "requirements.txt"), PIP_NO_INPUT="1")
-    run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "-C", "wheel.cmake=false",
+    run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--config-settings", "wheel.cmake=false",
          "--target", str(target), str(source_copy(tmp_path))], env=pip_environment, cwd=tmp_path)
     assert not (target / "normcheck" / "bin").exists()
     environment = clean_environment(PYTHONPATH=str(target), NORMCHECK=executable)

@@ -249,7 +249,7 @@ def main():
 
     def install(python, tree):
         build = os.path.join(os.path.dirname(tree), "build")
-        run([python, "-m", "pip", "install", "--quiet", "-C", f"build-dir={build}", tree], env=pip_environment,
+        run([python, "-m", "pip", "install", "--quiet", "--config-settings", f"build-dir={build}", tree], env=pip_environment,
             cwd=work)
 
     try:
