@@ -32,7 +32,7 @@ import sys
 import sysconfig
 import tarfile
 
-STEP_TIMEOUT = 1200
+STEP_TIMEOUT = 2400  # one build of the executable: minutes, many more on a loaded machine
 
 
 class Failure(Exception):
@@ -42,7 +42,11 @@ class Failure(Exception):
 def run(command, **options):
     """Runs a command, printing it; its output is returned, and a non-zero exit is a failure."""
     print("$ " + " ".join(map(str, command)), flush=True)
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=STEP_TIMEOUT, **options)
+    try:
+        done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=STEP_TIMEOUT,
+                              **options)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"{' '.join(map(str, command))} did not finish within {STEP_TIMEOUT} s") from None
     if done.returncode != 0:
         raise Failure(f"{' '.join(map(str, command))} exited with {done.returncode}\n{done.stdout[-6000:]}\n"
                       f"{done.stderr[-6000:]}")
