@@ -172,6 +172,14 @@ def check_installed(venv_python, checkout, work, label):
     basetemp = os.path.join(work, f"pytest-{label}")
     beside = clean_environment(PYTHONPATH=os.path.join(checkout, "python"), PYTHONDONTWRITEBYTECODE="1")
     beside["PATH"] = os.pathsep.join([bin_folder, beside["PATH"]])
+    # There the package is the checkout's, which has no executable built in: the normcheck command must
+    # say so, not run itself for ever.
+    done = subprocess.run([command, "--version"], env=beside, cwd=work, capture_output=True, text=True,
+                          timeout=STEP_TIMEOUT)
+    if done.returncode != 2 or "no normcheck executable" not in done.stderr:
+        raise Failure(f"{label}: normcheck with a checkout on PYTHONPATH and no $NORMCHECK exited with "
+                      f"{done.returncode}: {done.stdout}{done.stderr}")
+    beside["NORMCHECK"] = probe["executable"]
     output = run([venv_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}",
                   os.path.join(checkout, "python", "tests", "test_dump.py")], env=beside, cwd=work)
     if not re.search(r"\b[0-9]+ passed\b", output) or "failed" in output or "error" in output.lower():
