@@ -2,6 +2,7 @@
 """`pip install` of a read-only checkout, and of an sdist built from it, each into a fresh virtual environment.
 
     pip_install.py --source CHECKOUT --work DIR --constraints .ci/requirements.txt
+    pip_install.py --self-test --work DIR
 
 Run by the virtual environment of .ci/setup --tests (it has torch, pytest and the sdist builder). Steps:
 1. copy the checkout's files (those git tracks or would track) into DIR/checkout/tree, make that copy a
@@ -221,11 +222,16 @@ def check_sdist(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", required=True)
+    parser.add_argument("--source")
     parser.add_argument("--work", required=True)
-    parser.add_argument("--constraints", required=True, help="pins for pip, build requirements included")
+    parser.add_argument("--constraints", help="pins for pip, build requirements included")
+    parser.add_argument("--self-test", action="store_true", help="only show that a write is caught")
     options = parser.parse_args()
     work = os.path.abspath(options.work)
+    if options.self_test:
+        return self_test(work)
+    if not options.source or not options.constraints:
+        parser.error("--source and --constraints are required")
     make_writable(work)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -290,10 +296,49 @@ def main():
         make_writable(checkout)
 
     # 5: nothing written into the checkout.
-    changed = sorted(set(before) ^ set(after) | {p for p in set(before) & set(after) if before[p] != after[p]})
-    if changed or status_after:
-        raise Failure(f"installing wrote into the read-only checkout: {changed[:20]}\n{status_after}")
+    problem = written(before, after, status_after)
+    if problem:
+        raise Failure(f"installing wrote into the read-only checkout: {problem}")
     print(f"the read-only checkout is unchanged ({len(before)} paths, git status clean)", flush=True)
+    return 0
+
+
+def written(before, after, status_after):
+    """What changed between two snapshots and the git status after, or "" when nothing did."""
+    changed = sorted(set(before) ^ set(after) | {p for p in set(before) & set(after) if before[p] != after[p]})
+    return f"{changed[:20]}\n{status_after}".strip() if changed or status_after else ""
+
+
+def self_test(work):
+    """The unchanged-checkout check catches what setuptools used to leave: a build folder and an egg-info."""
+    make_writable(work)
+    shutil.rmtree(work, ignore_errors=True)
+    tree = os.path.join(work, "tree")
+    os.makedirs(os.path.join(tree, "python"))
+    with open(os.path.join(tree, "python", "module.py"), "w", encoding="utf-8") as f:
+        f.write("x = 1\n")
+    git = ["git", "-C", tree, "-c", "user.name=normcheck", "-c", "user.email=normcheck@localhost"]
+    run(["git", "init", "-q", tree])
+    run(git + ["add", "-A"])
+    run(git + ["commit", "-q", "-m", "tree"])
+    with open(os.path.join(tree, ".gitignore"), "w", encoding="utf-8") as f:
+        f.write("/python/*.egg-info/\n")
+    run(git + ["add", "-A"])
+    run(git + ["commit", "-q", "-m", "ignore"])
+    make_read_only(tree)
+    before = snapshot(tree)
+    if written(before, snapshot(tree), git_status(tree)):
+        raise Failure("an untouched tree is reported as written")
+    egg_info = os.path.join(tree, "python", "normcheck.egg-info")  # root writes despite the missing bits
+    os.makedirs(egg_info)
+    with open(os.path.join(egg_info, "PKG-INFO"), "w", encoding="utf-8") as f:
+        f.write("Name: normcheck\n")
+    after, status = snapshot(tree), git_status(tree)
+    problem = written(before, after, status)
+    if "normcheck.egg-info" not in problem or "!! python/normcheck.egg-info/" not in status:
+        raise Failure(f"an ignored egg-info written into the tree was not caught: {problem!r}")
+    make_writable(tree)
+    print("an untouched tree passes; an egg-info written into it is caught by the listing and git status")
     return 0
 
 
