@@ -72,7 +72,7 @@ bool equal_where_seen(const oracle::table& a, const oracle::table& b, const std:
 // values k/8.
 group_tokens fit_group(bool probe, bool may_be_empty) {
   const std::uint64_t least = may_be_empty ? 0 : 1;
-  const std::uint64_t count = *rc::gen::inRange<std::uint64_t>(least, 7);
+  const std::uint64_t count = *rc::gen::inRange<std::uint64_t>(least, 5);
   const std::uint64_t padding = *weighted<std::uint64_t>({{2, rc::gen::just(std::uint64_t{0})},
                                                           {1, rc::gen::inRange<std::uint64_t>(1, 4)}});
   if (probe) return compact_group(count, rational(1), padding);
@@ -97,7 +97,7 @@ rc::Gen<grouped_update> fit_updates() {
     update.theta = probe ? rational(0) : *rc::gen::element(rational(0), rational(1) / 2, rational(-1), rational(3) / 4);
     update.reducer = *weighted<reducer_kind>({{3, rc::gen::just(reducer_kind::mean)}, {1, rc::gen::just(reducer_kind::sum)}});
     if (update.objective == objective_kind::constant) update.normalizer = rational(1 + *uniform_index(64));
-    const std::size_t world = 1 + *rc::gen::inRange<std::size_t>(0, 5);
+    const std::size_t world = 1 + *rc::gen::inRange<std::size_t>(0, 4);
     const std::size_t common = 1 + *rc::gen::inRange<std::size_t>(0, 4);
     const bool uneven = *uniform_index(5) == 0;
     const bool sequences = sequence_objective(update.objective) || *rc::gen::arbitrary<bool>();

@@ -1,5 +1,5 @@
 #pragma once
-// The fit law of the per-group gate: for a random update (W 1–5, G 1–4, with and without sequences and
+// The fit law of the per-group gate: for a random update (W 1–4, G 1–4, with and without sequences and
 // padding) and a random planted per-group weight formula, the measured weight table is written into a
 // normcheck/1 document twice, once exactly and once as a float32 program computes it, and judged by the
 // whole gate (`check` of the document). The diagnosis must name the planted formula, or a formula whose

@@ -2,6 +2,7 @@
 // partition invariance, the compensation law, the empty-rank law and all-empty rejection, one test per law
 // and objective, and the round trip of the documents the laws print.
 
+#include "capped.hpp"
 #include "grouped_laws.hpp"
 
 #include <doctest/doctest.h>
@@ -14,33 +15,33 @@ namespace {
 std::string under(objective_kind objective) { return " under " + std::string(objective_name(objective)); }
 
 void partition_invariance_under(objective_kind objective) {
-  CHECK(rc::check("partition invariance" + under(objective) + ": global_mean and the compensation equal the objective's "
-                  "gradient and do not change when its tokens (or whole sequences) are dealt afresh to any number of "
-                  "ranks and microbatches, the ranks permuted, padding and empty groups added",
-                  grouped_partition_invariance(objective)));
+  check_costly_law("partition invariance" + under(objective) + ": global_mean and the compensation equal the objective's "
+                   "gradient and do not change when its tokens (or whole sequences) are dealt afresh to any number of "
+                   "ranks and microbatches, the ranks permuted, padding and empty groups added",
+                   grouped_partition_invariance(objective));
 }
 
 void compensation_under(objective_kind objective) {
-  CHECK(rc::check("compensation" + under(objective) + ": scaled_sum under mean and global_share under sum equal the "
-                  "objective's gradient on every update, empty ranks, microbatches and sequences included",
-                  grouped_compensation(objective)));
+  check_costly_law("compensation" + under(objective) + ": scaled_sum under mean and global_share under sum equal the "
+                   "objective's gradient on every update, empty ranks, microbatches and sequences included",
+                   grouped_compensation(objective));
 }
 
 void empty_rank_under(objective_kind objective) {
-  CHECK(rc::check("empty-rank handling" + under(objective) + ": a rank without a valid token changes neither the "
-                  "objective nor the compensation, and makes local_mean and microbatch_mean undefined",
-                  grouped_empty_rank(objective)));
+  check_costly_law("empty-rank handling" + under(objective) + ": a rank without a valid token changes neither the "
+                   "objective nor the compensation, and makes local_mean and microbatch_mean undefined",
+                   grouped_empty_rank(objective));
 }
 
 void all_empty_under(objective_kind objective) {
-  CHECK(rc::check("all-empty rejection" + under(objective) + ": an update on which the objective does not exist is "
-                  "rejected with no_valid_tokens by every gradient and by the reader",
-                  grouped_all_empty_rejection(objective)));
+  check_costly_law("all-empty rejection" + under(objective) + ": an update on which the objective does not exist is "
+                   "rejected with no_valid_tokens by every gradient and by the reader",
+                   grouped_all_empty_rejection(objective));
 }
 
 void round_trip_under(objective_kind objective) {
-  CHECK(rc::check("grouped documents read back" + under(objective) + ": the same groups, counts, sums and gradients",
-                  grouped_round_trip(objective)));
+  check_costly_law("grouped documents read back" + under(objective) + ": the same groups, counts, sums and gradients",
+                   grouped_round_trip(objective));
 }
 
 }  // namespace
