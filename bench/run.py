@@ -138,6 +138,9 @@ def main():
     parser.add_argument("--literals", default="dec,hex,short", help="literal shapes, comma-separated")
     args = parser.parse_args()
 
+    if args.peer_runs > 0 and subprocess.run([DEBIAN_PYTHON, "-c", "import gmpy2"], capture_output=True).returncode:
+        parser.error(f"the gmpy2 peer needs gmpy2 under {DEBIAN_PYTHON} (apt-get install python3-gmpy2), "
+                     "or --peer-runs 0")
     global NORMCHECK
     build(build_normcheck=args.normcheck is None, other_floor=args.other_floor)
     if args.normcheck:
