@@ -136,6 +136,8 @@ def main():
     parser.add_argument("--normcheck", help="time this normcheck executable instead of building one (Release)")
     parser.add_argument("--other-floor", help="also build this floor source and time it beside floor.cpp")
     parser.add_argument("--literals", default="dec,hex,short", help="literal shapes, comma-separated")
+    parser.add_argument("--sizes", default="1,10", help="file sizes in millions of tokens, comma-separated")
+    parser.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"), help="where to write the results")
     args = parser.parse_args()
 
     if args.peer_runs > 0 and subprocess.run([DEBIAN_PYTHON, "-c", "import gmpy2"], capture_output=True).returncode:
@@ -146,7 +148,7 @@ def main():
     if args.normcheck:
         NORMCHECK = os.path.abspath(args.normcheck)
     build_type, stamp = provenance(NORMCHECK)
-    sizes = [1_000_000] if args.quick else [1_000_000, 10_000_000]
+    sizes = [1_000_000] if args.quick else [int(millions) * 1_000_000 for millions in args.sizes.split(",")]
     configurations = [(tokens, ranks, microbatches, literal) for tokens in sizes for ranks in (8, 64)
                       for microbatches in (1, 8) for literal in args.literals.split(",")]
     shuffler = random.Random(1)
@@ -194,7 +196,7 @@ def main():
     changed = os.stat(NORMCHECK).st_mtime != stamp
     text = results(rows, args, load_before, load_after, together, build_type, changed)
     print("\n" + text)
-    with open(os.path.join(HERE, "RESULTS.md"), "w") as out:
+    with open(args.output, "w") as out:
         out.write(text)
 
 
@@ -280,6 +282,8 @@ def shape_name(config):
 
 def results(rows, args, load_before, load_after, together, build_type, changed):
     command = (f"python3 bench/run.py{' --quick' if args.quick else ''} --literals {args.literals} --runs {args.runs}"
+               + (f" --sizes {args.sizes}" if not args.quick and args.sizes != "1,10" else "")
+               + (f" --peer-runs {args.peer_runs}" if args.peer_runs != 1 else "")
                + (f" --normcheck {os.path.relpath(NORMCHECK, ROOT)}" if args.normcheck else "")
                + (" --other-floor OTHER.cpp" if args.other_floor else ""))
     lines = ["# Benchmark results", "",
