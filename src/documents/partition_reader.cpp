@@ -199,7 +199,9 @@ private:
     field_reader tokens = json_.at(tokens_offset);
     field_reader weights = json_.at(weights_offset);
     const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
-    if (weights.peek() != json_kind::array) weights.fail_type("weights", shape);
+    // One microbatch that declares sequences has its weights as {"sequences": …}, read beside it.
+    const bool sequences_beside = !accumulated && tokens.peek() == json_kind::object && weights.peek() == json_kind::object;
+    if (weights.peek() != json_kind::array && !sequences_beside) weights.fail_type("weights", shape);
     if (!accumulated) {
       rank.microbatches.front() = read_weighted_microbatch(tokens, weights);
       return;
@@ -268,6 +270,8 @@ private:
                    weights.value_offset());
     if (weights.next_member(weights_key))
       weights.fail_unknown_key(weights_key, "in the weights beside sequences (they have only \"sequences\")");
+    // Close the tokens' object too, so that a further microbatch of the rank can be read.
+    if (tokens.next_member(key)) tokens.fail_unknown_key(key, "in a microbatch of sequences");
     return make_sequenced_microbatch(std::move(sequences));
   }
 
