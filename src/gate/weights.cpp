@@ -569,7 +569,8 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     return result;
   }
   mistake_words words = table_mistake_words("unexplained", update);
-  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor)) {
+  // A factor of 0 (every component 0) names no divisor.
+  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor); factor && *factor != 0) {
     if (table_fits(objective_table.scaled(*factor), facts, m, bounds))
       words.computed += "; every group weighs the objective's weight times ≈ " + approximate(*factor) +
                         ", as if the loss sum had been divided by ≈ " + approximate(units.total() / *factor) +
