@@ -49,9 +49,9 @@ inline void check_costly_law(const std::string& name, const law& property, int m
     return;
   }
   rc::detail::Error error;
-  if (result.match(error)) FAIL_CHECK(name + ": " + error.description);
+  if (result.match(error)) FAIL_CHECK((name + ": " + error.description));
   rc::detail::GaveUpResult gave_up;
-  if (result.match(gave_up)) FAIL_CHECK(name + ": gave up: " + gave_up.description);
+  if (result.match(gave_up)) FAIL_CHECK((name + ": gave up: " + gave_up.description));
 }
 
 }  // namespace normcheck::properties

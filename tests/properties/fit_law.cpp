@@ -184,8 +184,24 @@ rc::Gen<planted_formula> planted_formulas(const grouped_update& update) {
     const std::size_t groups = group_places(update).size();
     const std::size_t w = update.world_size();
     const std::size_t g = common_accumulation(update);
-    const bool geometric_possible =
-        std::any_of(update.ranks.begin(), update.ranks.end(), [](const grouped_rank& r) { return r.size() >= 3; });
+    // The gate reads the ratio a off two adjacent microbatches whose first groups it measures, on the first
+    // rank of three or more microbatches; a rank with an empty microbatch between two others leaves it
+    // nothing to read (a limit of the fitter, not planted here).
+    const std::vector<rational> sums = oracle::derivative_sums(update);
+    std::vector<bool> first_measured;  // per microbatch of the first long rank
+    std::optional<std::size_t> long_rank;
+    for (std::size_t r = 0; r < update.ranks.size() && !long_rank; ++r)
+      if (update.ranks[r].size() >= 3) long_rank = r;
+    {
+      std::size_t k = 0;
+      for (const group_place& place : group_places(update)) {
+        if (long_rank && place.rank == *long_rank && place.group == 0) first_measured.push_back(sums[k] != 0);
+        ++k;
+      }
+    }
+    bool adjacent = false;
+    for (std::size_t i = 1; i < first_measured.size(); ++i) adjacent = adjacent || (first_measured[i] && first_measured[i - 1]);
+    const bool geometric_possible = long_rank && adjacent;
     planted_formula f;
     f.rescales.assign(groups, 0);
     if (geometric_possible && *uniform_index(6) == 0) {

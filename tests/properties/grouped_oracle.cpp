@@ -16,10 +16,6 @@ rational group_mass(const grouped_update& update, const group_tokens& g) {
   return total;
 }
 
-bool counts_sequences(objective_kind units) {
-  return units == objective_kind::sequence_mean || units == objective_kind::sequence_sum_mean;
-}
-
 // The units one group holds under `units`: its tokens, its weight, or 1 for a sequence with a valid token.
 rational group_units(const grouped_update& update, const microbatch_tokens& m, const group_tokens& g,
                      objective_kind units) {
