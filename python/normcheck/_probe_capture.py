@@ -70,10 +70,12 @@ def bind(name: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, An
 
 
 class _Seen:
-    """What the step computed that the probe did not wrap."""
+    """What the step computed that the probe did not wrap, and whether a wrapped loss is being computed."""
 
     def __init__(self) -> None:
         self.log_softmax = 0
+        self.inside = False  # the probe's handler is running: its own call of the loss is not a loss
+        self.mode: Any = None  # the step's TorchFunctionMode, where there is one
 
 
 if has_function_mode():
@@ -95,16 +97,66 @@ if has_function_mode():
                 if func in _LOG_SOFTMAX:
                     self.seen.log_softmax += 1
                 return func(*args, **(kwargs or {}))
-            return self.handler(name, func, bind(name, args, kwargs or {}))
+            return _handled(self.handler, self.seen, name, func, bind(name, args, kwargs or {}))
+
+
+def _handled(handler: LossHandler, seen: _Seen, name: str, original: Callable[..., torch.Tensor],
+             arguments: Dict[str, Any]) -> torch.Tensor:
+    """``handler`` on one captured loss, with the mode off the stack: the loss and the probe's own
+    operations run as they would without it (and the loss's own dispatch to the mode is not a loss)."""
+    mode = seen.mode
+    popped = False
+    if mode is not None:
+        top = torch._C._len_torch_function_stack() - 1
+        if top >= 0 and torch._C._get_function_stack_at(top) is mode:
+            torch._C._pop_torch_function_stack()
+            popped = True
+    seen.inside = True
+    try:
+        return handler(name, original, arguments)
+    finally:
+        seen.inside = False
+        if popped:
+            torch._C._push_on_torch_function_stack(mode)
+
+
+class _Pause:
+    """Takes the mode off the stack while a submodule runs, and puts it back when it returns.
+
+    Every operation under an active TorchFunctionMode goes through Python; inside the model's blocks
+    that is most of a step's operations and none of its losses (those go through the replaced
+    attributes, or run in the probed module's own forward or after it, where the mode is active).
+    """
+
+    def __init__(self, mode: Any) -> None:
+        self.mode = mode
+        self.depth = 0
+        self.paused = False
+
+    def before(self, module: nn.Module, args: Any) -> None:
+        if self.depth == 0:
+            top = torch._C._len_torch_function_stack() - 1
+            if top >= 0 and torch._C._get_function_stack_at(top) is self.mode:
+                torch._C._pop_torch_function_stack()
+                self.paused = True
+        self.depth += 1
+
+    def after(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.paused:
+            torch._C._push_on_torch_function_stack(self.mode)
+            self.paused = False
 
 
 @contextlib.contextmanager
-def loss_capture(handler: LossHandler, seen: _Seen) -> Iterator[None]:
-    """For the duration of the block, cross_entropy and nll_loss (functional and module) call ``handler``."""
-    if has_function_mode():
-        with _LossMode(handler, seen):
-            yield
-        return
+def loss_capture(handler: LossHandler, seen: _Seen, module: Optional[nn.Module] = None) -> Iterator[None]:
+    """For the duration of the block, cross_entropy and nll_loss (functional and module) call ``handler``.
+
+    Everywhere: the attributes of torch.nn.functional and the loss modules' forward are replaced. Where
+    torch has a TorchFunctionMode, a mode also sees calls through names bound before the step, in the
+    probed ``module``'s own forward and outside the model; it is paused while the module's children
+    (other than loss modules) run.
+    """
     functions = {name: getattr(F, name) for name in _ORIGINALS}
     forwards: Dict[type, Any] = {nn.CrossEntropyLoss: nn.CrossEntropyLoss.forward, nn.NLLLoss: nn.NLLLoss.forward}
 
@@ -112,7 +164,9 @@ def loss_capture(handler: LossHandler, seen: _Seen) -> Iterator[None]:
         original = functions[name]
 
         def call(*args: Any, **kwargs: Any) -> torch.Tensor:
-            return handler(name, original, bind(name, args, kwargs))
+            if seen.inside:
+                return original(*args, **kwargs)
+            return _handled(handler, seen, name, original, bind(name, args, kwargs))
 
         return call
 
@@ -123,7 +177,7 @@ def loss_capture(handler: LossHandler, seen: _Seen) -> Iterator[None]:
             options = {"weight": module.weight, "ignore_index": module.ignore_index, "reduction": module.reduction}
             if name == "cross_entropy":
                 options["label_smoothing"] = getattr(module, "label_smoothing", 0.0)
-            return handler(name, original, bind(name, (input, target), options))
+            return _handled(handler, seen, name, original, bind(name, (input, target), options))
 
         return forward
 
@@ -138,9 +192,27 @@ def loss_capture(handler: LossHandler, seen: _Seen) -> Iterator[None]:
     setattr(F, "log_softmax", counted_log_softmax)
     setattr(nn.CrossEntropyLoss, "forward", module_forward("cross_entropy"))
     setattr(nn.NLLLoss, "forward", module_forward("nll_loss"))
+    handles: List[Any] = []
     try:
-        yield
+        if has_function_mode():
+            mode = _LossMode(handler, seen)
+            seen.mode = mode
+            with mode:
+                pause = _Pause(mode)
+                for child in (module.children() if module is not None else ()):
+                    if isinstance(child, nn.modules.loss._Loss):
+                        continue
+                    handles.append(child.register_forward_pre_hook(pause.before))
+                    handles.append(child.register_forward_hook(pause.after, always_call=True))
+                yield
+                if pause.paused:  # the block ended inside a child (an exception): the mode is on no stack
+                    torch._C._push_on_torch_function_stack(mode)
+        else:
+            yield
     finally:
+        seen.mode = None
+        for handle in handles:
+            handle.remove()
         for name, function in functions.items():
             setattr(F, name, function)
         setattr(F, "log_softmax", log_softmax)

@@ -177,7 +177,8 @@ class Microbatch:
         self.sequences: Optional[bool] = None
         self.weighted: Optional[bool] = None
         self.source: Optional[str] = None
-        self.calls: List[Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = []  # (group index, valid, weights)
+        # (group index per position, or one group index for all; valid mask; weights)
+        self.calls: List[Tuple[Union[int, torch.Tensor], torch.Tensor, Optional[torch.Tensor]]] = []
         self.running: Optional[torch.Tensor] = None  # valid tokens per group so far (kept for marked microbatches)
         self._counted: Optional[Tuple[List[int], List[int]]] = None
 
@@ -188,6 +189,10 @@ class Microbatch:
             valid = [0] * groups
             positions = [0] * groups
             for index, flags, _ in self.calls:
+                if isinstance(index, int):
+                    valid[index] += int(flags.sum())
+                    positions[index] += int(flags.numel())
+                    continue
                 where = index.to("cpu")
                 listed_valid = torch.bincount(where, weights=flags.to("cpu", torch.float64), minlength=groups).tolist()
                 listed_positions = torch.bincount(where, minlength=groups).tolist()
@@ -212,7 +217,8 @@ class Microbatch:
             weight_lists: List[List[Optional[float]]] = [[] for _ in self.slots]
             for index, flags, weights in self.calls:
                 assert weights is not None
-                for g, flag, w in zip(index.tolist(), flags.tolist(), weights.tolist()):
+                where = [index] * int(flags.numel()) if isinstance(index, int) else index.tolist()
+                for g, flag, w in zip(where, flags.tolist(), weights.tolist()):
                     token_lists[g].append(1 if flag else None)
                     weight_lists[g].append(float(w) if flag else None)
             if self.sequences:
@@ -281,12 +287,15 @@ class Components:
         return indices, existed
 
     def record(self, batch: Microbatch, valid: torch.Tensor, keys: Keys, weights: Optional[torch.Tensor],
-               keep_running: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Records one loss call's positions into ``batch``; returns (component index, witness value) per position.
+               keep_running: bool, witness: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Records one loss call's positions into ``batch``; returns (components, magnitudes).
 
+        The probe term of position i is −Σ p[components]·magnitudes over its entries: its group's primary
+        component with magnitude 1 (its weight, in a weighted step) and, with the ``witness``, its witness
+        component with magnitude j, its ordinal among the group's valid tokens; both 0 where the target
+        is not valid. The first L entries are the primary ones, the next L (if any) the witness ones.
         ``valid`` is the flat mask of valid targets (on the loss's device), ``keys`` where its sequences
-        are. Witness values count a group's valid tokens 1, 2, … across the calls of a microbatch.
-        ``keep_running``: later calls may add to these groups (the microbatch is marked).
+        are; ordinals run on across the calls of a marked microbatch (``keep_running``).
         """
         device = valid.device
         count = int(valid.numel())
@@ -295,18 +304,20 @@ class Components:
             raise StepError("one microbatch mixed losses with and without sequence information")
         batch.sequences = sequences
         flags = valid.to(torch.float64)
+        index: Union[int, torch.Tensor]
+        cache_key: Optional[Tuple[Any, ...]] = None
         if keys is None:
-            (g,), existed = self._groups(batch, [None])
-            index = torch.zeros(count, dtype=torch.int64, device=device)
-            ordinal = torch.cumsum(flags, 0)
-            groups = [g]
+            (index,), existed = self._groups(batch, [None])
+            ordinal = torch.cumsum(flags, 0) if witness else flags
+            cache_key = ("one", batch.slots[index], count)
         elif isinstance(keys, tuple):
             rows, length = keys
             groups, existed = self._groups(batch, list(range(rows)))
             index = _rows_index(rows, length, device)
             if groups != list(range(rows)):
                 index = torch.tensor(groups, dtype=torch.int64, device=device)[index]
-            ordinal = torch.cumsum(flags.reshape(rows, length), 1).reshape(-1)
+            ordinal = torch.cumsum(flags.reshape(rows, length), 1).reshape(-1) if witness else flags
+            cache_key = ("rows", tuple(batch.slots[g] for g in groups), rows, length)
         else:
             found, position_groups = sequence_keys(keys)
             outside = position_groups < 0
@@ -330,19 +341,41 @@ class Components:
             starts = torch.cumsum(per_group, 0) - per_group
             ordinal = torch.empty_like(running)
             ordinal[order] = running - starts[index[order]]
-        if existed:
+        if witness and existed:
             assert batch.running is not None
             grown = torch.zeros(len(batch.slots), dtype=torch.float64, device=device)
             grown[: batch.running.numel()] = batch.running
             batch.running = grown
             ordinal = ordinal + batch.running[index]
-        if keep_running:
+        if witness and keep_running:
             total = torch.zeros(len(batch.slots), dtype=torch.float64, device=device)
             if batch.running is not None:
                 total[: batch.running.numel()] = batch.running
-            batch.running = total.index_add_(0, index, flags)
-        slots = torch.tensor(batch.slots, dtype=torch.int64, device=device) + self.rank * self.slots
+            if isinstance(index, int):
+                total[index] += flags.sum()
+            else:
+                total.index_add_(0, index, flags)
+            batch.running = total
         batch.calls.append((index, valid, weights))
         batch._counted = None
-        del groups
-        return slots[index], ordinal * flags
+        if cache_key is not None:  # the layout of the vector is part of the key: probes differ in it
+            cache_key += (self.rank, self.slots, self.world_size, witness, str(device))
+        components = _components.get(cache_key) if cache_key is not None else None
+        if components is None:
+            base = self.rank * self.slots
+            if isinstance(index, int):
+                primary = torch.full((count,), base + batch.slots[index], dtype=torch.int64, device=device)
+            else:
+                primary = (torch.tensor(batch.slots, dtype=torch.int64, device=device) + base)[index]
+            components = torch.cat([primary, primary + self.half]) if witness else primary
+            if cache_key is not None:
+                if len(_components) > 256:
+                    _components.clear()
+                _components[cache_key] = components
+        first = weights if weights is not None else flags
+        magnitudes = torch.cat([first, ordinal * flags]) if witness else first
+        return components, magnitudes
+
+
+_components: Dict[Tuple[Any, ...], torch.Tensor] = {}
+"""Component indices of recurring layouts (the same rows in the same slots, step after step)."""

@@ -37,7 +37,7 @@ from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout
 from .check import NormcheckError, NormcheckFailure, Verdict, run_check
 
 __all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
-           "own_bucket_dtype", "DEFAULT_NAME"]
+           "own_bucket_dtype", "default_dtype", "DEFAULT_NAME"]
 
 DEFAULT_NAME = "normcheck_probe"
 DEFAULT_SLOTS = 64
@@ -106,6 +106,20 @@ def own_bucket_dtype(module: nn.Module) -> torch.dtype:
     """float64 or float32, whichever no parameter of ``module`` has (float32 when it has both)."""
     present = {parameter.dtype for parameter in module.parameters()}
     return torch.float64 if torch.float64 not in present else torch.float32
+
+
+def default_dtype(module: nn.Module, world_size: int) -> torch.dtype:
+    """The probe's dtype unless given: the model's own (float32 or float64) on one or two ranks, else the other.
+
+    On two ranks p joins the model's all-reduce bucket: one collective fewer per step, and a sum of two
+    addends is the same in either order, so no bit of the model's reduction changes. On three or more,
+    a longer bucket changes the ring all-reduce's chunks and so the order in which some elements are
+    summed: p takes the dtype no parameter has, and DDP gives it a bucket of its own.
+    """
+    present = {parameter.dtype for parameter in module.parameters()}
+    if world_size <= 2 and len(present) == 1 and present <= {torch.float32, torch.float64}:
+        return next(iter(present))
+    return own_bucket_dtype(module)
 
 
 def _distributed() -> bool:
@@ -202,14 +216,17 @@ class Probe:
         backward, so that nothing done to gradients afterwards (clipping, unscaling, the optimizer)
         changes what is judged; ``"step"``, when ``probe.step()`` ends (or before clipping in it), for a
         step that divides the reduced gradients by hand as part of its normalization. ``world_size`` and
-        ``rank``: by default the process group's. ``dtype``: float32 or float64; by default the one no
-        parameter of the module has, so that DDP puts the probe in buckets of their own.
+        ``rank``: by default the process group's. ``dtype``: float32 or float64; by default
+        ``default_dtype(module, world_size)``: the model's own on two ranks (p shares its bucket, bit for
+        bit harmless there), else the one no parameter has (a bucket of its own).
         ``executable``: the normcheck executable (else ``$NORMCHECK``, else PATH); ``directory``: where
         rank 0 writes the dumps (else ``$NORMCHECK_PROBE_DIR``, else a new temporary folder);
         ``description``: a line written into every dump.
         """
+        if world_size is None:
+            world_size = dist.get_world_size() if _distributed() else 1
         if dtype is None:
-            dtype = own_bucket_dtype(module)
+            dtype = default_dtype(module, world_size)
         if dtype not in (torch.float32, torch.float64):
             raise ProbeError(f"p is float32 or float64, not {dtype}: its gradient is the observed value")
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
@@ -217,8 +234,6 @@ class Probe:
         self._check_objective(objective, normalizer)
         if capture not in ("reduction", "step"):
             raise ProbeError(f"capture is 'reduction' or 'step', not {capture!r}")
-        if world_size is None:
-            world_size = dist.get_world_size() if _distributed() else 1
         if rank is None:
             rank = dist.get_rank() if _distributed() else 0
         if not 0 <= rank < world_size:
@@ -260,6 +275,7 @@ class Probe:
         self._handles.append(self.parameter.register_hook(self._on_gradient))  # type: ignore[no-untyped-call]
         self._active = False
         self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
+        self._keep_local = True
         self._reset()
 
     # -- construction helpers ---------------------------------------------------------------------
@@ -370,7 +386,7 @@ class Probe:
         self._microbatches: List[Microbatch] = []
         self._marked = False
         self._allocator = Components(self.slots, self.rank, self.world_size)
-        self._local = torch.zeros(self.components, dtype=torch.float64)
+        self._local: Optional[torch.Tensor] = None  # this rank's own gradient of p, summed over its backwards
         self._captured: Dict[str, torch.Tensor] = {}
         self._captures: List[str] = []
         self._reduced = False
@@ -382,6 +398,7 @@ class Probe:
         self._loss_dtypes: Set[torch.dtype] = set()
         self._divided_by: Optional[Any] = None
         self._inputs: Optional[Tuple[Sequence[Any], Dict[str, Any]]] = None
+        self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
         self._seen = capture.seen()
         for holder in self._holders:
             holder.parameter.grad = None
@@ -389,32 +406,44 @@ class Probe:
     def _before_forward(self, module: nn.Module, args: Any) -> None:
         if torch.is_grad_enabled():
             self._inputs = (tuple(args), {})
+            self._inputs_layout = False
 
     def _before_forward_kwargs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():
             self._inputs = (tuple(args), dict(kwargs))
+            self._inputs_layout = False
 
     def _after_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         if not torch.is_grad_enabled():
             return None
         ddp = capture.enclosing_ddp(module)
-        if ddp is not None:
-            self._ddp = weakref.ref(ddp)
-            self._ddp_forward = True
+        if ddp is None:
+            return None
+        self._ddp_forward = True
+        if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
             if not capture.ddp_holds(ddp, self.probe_parameters()):
                 raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP wrapped "
                                  "the model, so DDP never reduces p's gradient. Construct Probe(model) before "
                                  "DistributedDataParallel(model)")
-            if ddp.require_backward_grad_sync:
-                self._sync_forward = True
+            has_hook, hook_name, hook = capture.registered_hook(ddp)
+            # The local gradient is kept only to infer an unknown hook's reducer.
+            self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
+            self._ddp = weakref.ref(ddp)
+        if ddp.require_backward_grad_sync:
+            self._sync_forward = True
+        if not getattr(ddp, "find_unused_parameters", False):
+            return None  # every probe parameter gets its gradient through the loss's terms
+        # DDP looks for the parameters the output depends on: p must be among them, or it is marked unused.
         routed, found = _route(output, self.probe_parameters())
         if not found:
             raise ProbeError(f"{type(module).__name__}'s output holds no floating tensor to route p through: "
-                             "DDP would not see p used by the forward pass")
+                             "DDP with find_unused_parameters would not see p used by the forward pass")
         return routed
 
     def _on_gradient(self, grad: torch.Tensor) -> None:
-        self._local.add_(grad.detach().to(device="cpu", dtype=torch.float64))
+        if self._keep_local:
+            local = grad.detach().to(device="cpu", dtype=torch.float64)
+            self._local = local.clone() if self._local is None else self._local.add_(local)
         self._pending = True
         if not self._queued:
             self._queued = True
@@ -448,7 +477,7 @@ class Probe:
             grad = holder.parameter.grad
             if grad is None:
                 continue
-            value = grad.detach().to(device="cpu", dtype=torch.float64).clone()
+            value = grad.detach().to(device="cpu", dtype=torch.float64, copy=True)
             previous = self._captured.get(holder.site)
             self._captured[holder.site] = value if previous is None else previous + value
             # None, not zeros: clipping skips it (a zero float64 gradient among float32 ones would still
@@ -543,11 +572,13 @@ class Probe:
                                  "nor one per position but the last of each row")
             return keys, self._declared.source
         if self._inputs is not None:
-            try:
-                found = layout_from_inputs(*self._inputs)
-            except StepError as e:
-                raise ProbeError(str(e)) from None
-            if found is not None:
+            if self._inputs_layout is False:  # read once per forward
+                try:
+                    self._inputs_layout = layout_from_inputs(*self._inputs)
+                except StepError as e:
+                    raise ProbeError(str(e)) from None
+            found = self._inputs_layout
+            if isinstance(found, Layout):
                 keys = found.for_targets(count)
                 if keys is not None:
                     return keys, found.source
@@ -555,9 +586,9 @@ class Probe:
             return (int(target.shape[0]), int(target.shape[1])), "the rows of the labels"
         return None, "none"
 
-    def _term(self, valid: torch.Tensor, weights: Optional[torch.Tensor], target: torch.Tensor,
-              explicit: Optional[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-        """Records one loss call; returns the probe term per target position (float64, flat, −0 everywhere)."""
+    def _record(self, valid: torch.Tensor, weights: Optional[torch.Tensor], target: torch.Tensor,
+                explicit: Optional[torch.Tensor], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+        """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record)."""
         if not self._marked:
             self._microbatches.append(Microbatch())
         elif not self._microbatches:
@@ -569,23 +600,40 @@ class Probe:
         batch.weighted = weighted
         keys, source = self._keys(target, explicit)
         device = self.parameter.device
-        flat_valid = valid.reshape(-1).to(device)
+        flat_valid = valid.reshape(-1)
+        if flat_valid.device != device:
+            flat_valid = flat_valid.to(device)
         flat_weights = weights.reshape(-1).to(device=device, dtype=torch.float64) if weights is not None else None
+        witnessed = self.witness and not weighted
         try:
-            primary, ordinal = self._allocator.record(batch, flat_valid, keys, flat_weights, self._marked)
+            components, magnitudes = self._allocator.record(batch, flat_valid, keys, flat_weights, self._marked,
+                                                            witnessed)
         except StepError as e:
             raise ProbeError(str(e)) from None
         batch.source = source
-        if dtype not in self._loss_dtypes:
-            self._loss_dtypes.add(dtype)
+        self._loss_dtypes.add(dtype)
+        return components, magnitudes, witnessed
+
+    def _vector(self) -> torch.Tensor:
+        """p plus every site's parameter, in float64: every token's term uses them all."""
         vector = self.parameter if self.parameter.dtype == torch.float64 else self.parameter.to(torch.float64)
+        # Additions, not stack(...).sum(0): the latter's backward hands every parameter a view of one buffer,
+        # which AccumulateGrad may keep as each one's .grad, so that later accumulations add up twice.
         for holder in self._holders[1:]:
             vector = vector + holder.parameter
-        factor = flat_valid.to(torch.float64) if flat_weights is None else flat_weights
-        term = vector.index_select(0, primary) * factor.neg()
-        if self.witness and not weighted:
-            term = term + vector.index_select(0, primary + self._allocator.half) * ordinal.neg()
-        return term if term.device == valid.device else term.to(valid.device)
+        return vector
+
+    def _per_position(self, components: torch.Tensor, magnitudes: torch.Tensor, witnessed: bool) -> torch.Tensor:
+        """The probe term of each target position (float64, −0 everywhere)."""
+        term = self._vector().index_select(0, components) * magnitudes
+        if witnessed:
+            term = term.view(2, -1).sum(0)
+        return term.neg()
+
+    def _summed(self, components: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
+        """The probe term summed over the call's positions (float64, −0): −p·A, A the magnitudes per component."""
+        totals = torch.bincount(components, weights=magnitudes, minlength=self.components)
+        return torch.dot(self._vector(), totals).neg()
 
     def add(self, per_token_loss: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
             weights: Optional[torch.Tensor] = None, sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -612,8 +660,10 @@ class Probe:
         if weights is not None:
             token_weights = torch.where(valid, weights.to(torch.float64), torch.zeros((), dtype=torch.float64,
                                                                                        device=weights.device))
-        term = self._term(valid, token_weights, labels, sequence_ids, per_token_loss.dtype)
-        return per_token_loss + term.to(per_token_loss.dtype).reshape(per_token_loss.shape)
+        components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
+                                                         per_token_loss.dtype)
+        term = self._per_position(components, magnitudes, witnessed)
+        return per_token_loss + term.to(device=per_token_loss.device, dtype=per_token_loss.dtype).view(per_token_loss.shape)
 
     def _loss(self, name: str, original: Callable[..., torch.Tensor], arguments: Dict[str, Any]) -> torch.Tensor:
         """A captured cross_entropy or nll_loss: torch's value, plus the probe term reduced as torch reduces."""
@@ -639,19 +689,21 @@ class Probe:
             safe = torch.where(valid, target, torch.zeros_like(target))
             token_weights = torch.where(valid, weight.to(torch.float64)[safe],
                                         torch.zeros((), dtype=torch.float64, device=weight.device))
-        term = self._term(valid, token_weights, target, None, loss.dtype)
+        if reduction not in ("none", "sum", "mean"):
+            raise ProbeError(f"unknown reduction {reduction!r}")
+        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype)
         if reduction == "none":
-            probed = loss + term.to(loss.dtype).reshape(loss.shape)
+            term = self._per_position(components, magnitudes, witnessed)
+            probed = loss + term.to(device=loss.device, dtype=loss.dtype).view(loss.shape)
             self._probed[id(probed)] = weakref.ref(probed)
             return probed
-        total = term.sum()
-        if reduction == "sum":
-            return loss + total.to(loss.dtype)
-        if reduction != "mean":
-            raise ProbeError(f"unknown reduction {reduction!r}")
-        # torch's mean: the sum over the number of non-ignored targets, or over their class weights.
-        denominator = token_weights.sum() if token_weights is not None else valid.sum().to(torch.float64)
-        return loss + (total / denominator).to(loss.dtype)
+        if reduction == "mean":
+            # torch's mean: the sum over the number of non-ignored targets, or over their class weights. Divided
+            # position by position, so that a mean over no target (0/0) is NaN in this call's components only.
+            denominator = token_weights.sum() if token_weights is not None else valid.sum()
+            magnitudes = magnitudes / denominator.to(device=magnitudes.device, dtype=torch.float64)
+        total = self._summed(components, magnitudes)
+        return loss + total.to(device=loss.device, dtype=loss.dtype)
 
     # -- the step ---------------------------------------------------------------------------------
 
@@ -688,7 +740,7 @@ class Probe:
                 setattr(torch.nn.utils, name, guarded)
         self._active = True
         try:
-            with (capture.loss_capture(self._loss, self._seen) if wrap else contextlib.nullcontext()):
+            with (capture.loss_capture(self._loss, self._seen, self.module) if wrap else contextlib.nullcontext()):
                 yield self
             if self._pending:
                 self._capture("the end of probe.step()")
@@ -756,7 +808,7 @@ class Probe:
                 "valid": [b.valid for b in self._microbatches],
                 "used": self._allocator.used,
                 "vectors": vectors,
-                "local": [v / scale for v in self._local.tolist()],
+                "local": [v / scale for v in self._local.tolist()] if self._local is not None else None,
                 "dtype": _dtype_name(self.parameter.dtype),
                 "loss_dtypes": sorted(_dtype_name(d) for d in self._loss_dtypes),
                 "divided_by": self._divided_by,
@@ -876,6 +928,8 @@ class Probe:
             local: List[float] = []
             reduced: List[float] = []
             for part in parts:
+                if part["local"] is None:
+                    continue
                 local += capture.local_parts(part["local"], part["rank"], self.slots, part["used"],
                                              self.slots * self.world_size if self.witness else None)
                 reduced += capture.local_parts(part["vectors"][""], part["rank"], self.slots, part["used"],

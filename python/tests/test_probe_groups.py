@@ -335,8 +335,7 @@ def test_a_backward_after_the_capture_is_named(tmp_path):
     model = tiny_lm.make_model(torch.float32)
     probe = Probe(model, sites=None)
     lm_step(probe, model, [tiny_lm.make_batch([6, 4], seed=1)])
-    tokens, labels = tiny_lm.make_batch([3], seed=4)
-    model(tokens, labels, reduction="sum")[0].backward()  # after the step: a backward reaches p again
+    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1])).sum().backward()  # after the step
     with pytest.raises(ProbeError, match="after its gradient was captured"):
         written(probe, tmp_path)
 
