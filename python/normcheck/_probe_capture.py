@@ -157,7 +157,7 @@ def loss_capture(handler: LossHandler, seen: _Seen, module: Optional[nn.Module] 
     probed ``module``'s own forward and outside the model; it is paused while the module's children
     (other than loss modules) run.
     """
-    functions = {name: getattr(F, name) for name in _ORIGINALS}
+    functions: Dict[str, Callable[..., torch.Tensor]] = {name: getattr(F, name) for name in _ORIGINALS}
     forwards: Dict[type, Any] = {nn.CrossEntropyLoss: nn.CrossEntropyLoss.forward, nn.NLLLoss: nn.NLLLoss.forward}
 
     def wrapped(name: str) -> Callable[..., torch.Tensor]:

@@ -372,8 +372,8 @@ class Components:
                 if len(_components) > 256:
                     _components.clear()
                 _components[cache_key] = components
-        first = weights if weights is not None else flags
-        magnitudes = torch.cat([first, ordinal * flags]) if witness else first
+        primary_magnitudes = weights if weights is not None else flags
+        magnitudes = torch.cat([primary_magnitudes, ordinal * flags]) if witness else primary_magnitudes
         return components, magnitudes
 
 
