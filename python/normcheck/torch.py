@@ -35,9 +35,12 @@ from . import _probe_capture as capture
 from . import dump
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import NormcheckError, NormcheckFailure, Verdict, run_check
+from .collectives import record_collectives  # noqa: F401 (re-exported)
+from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas  # noqa: F401 (re-exported)
 
 __all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
            "own_bucket_dtype", "default_dtype", "DEFAULT_NAME"]
+__all__ += ["check_replicas", "ReplicaDivergence", "ReplicaSummary", "record_collectives"]
 
 DEFAULT_NAME = "normcheck_probe"
 DEFAULT_SLOTS = 64
