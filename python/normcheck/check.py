@@ -318,6 +318,25 @@ def _site_verdict(entry: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _codes(weights: Any) -> Optional[List[Any]]:
+    """A weight table's rows as (group, code) pairs, or None without a complete table."""
+    if not isinstance(weights, dict) or weights.get("omitted"):
+        return None
+    rows = weights.get("rows")
+    if not isinstance(rows, list):
+        return None
+    return [(row.get("group"), row.get("code"), row.get("observed")) for row in rows if isinstance(row, dict)]
+
+
+def _sites_like_p(gate: Dict[str, Any]) -> List[str]:
+    """The sites whose weight table is p's, row by row (exact codes), in report order."""
+    top = _codes(gate.get("weights"))
+    if top is None:
+        return []
+    return [str(entry.get("name")) for entry in gate.get("sites", []) or []
+            if isinstance(entry, dict) and _codes(entry.get("weights")) == top]
+
+
 def describe(report: Dict[str, Any]) -> str:
     """The diagnosis a person needs, from one report of ``check --json``, with the weight table if any."""
     name = report.get("file", "?")
@@ -346,6 +365,9 @@ def describe(report: Dict[str, Any]) -> str:
             lines.append(f"  check {check.get('name')} failed: {check.get('detail')}")
     diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
     could_hide = gate.get("could_hide", [])
+    alike = _sites_like_p(gate)
+    # A site that weighs every group as p does repeats p's diagnosis under its name: said once, below.
+    diagnosis = [e for e in diagnosis if not any(str(e.get("name", "")).startswith(f"{site}: ") for site in alike)]
     if diagnosis:
         lines.append("  diagnosis:")
         lines += _explanation_lines(diagnosis, "    ")
@@ -359,8 +381,11 @@ def describe(report: Dict[str, Any]) -> str:
     weights = gate.get("weights")
     if isinstance(weights, dict) and verdict != "pass":
         lines += _table_lines(weights, "  ")
+    if alike and verdict != "pass":
+        lines.append(f"  site{'s' if len(alike) > 1 else ''} {', '.join(alike)}: the same weights as p, group by "
+                     "group (what differs is the loss's normalization, not a module's treatment of its gradients)")
     for entry in gate.get("sites", []) or []:
-        if not isinstance(entry, dict) or _site_verdict(entry) == "pass":
+        if not isinstance(entry, dict) or _site_verdict(entry) == "pass" or entry.get("name") in alike:
             continue
         names = [e.get("name", "") for e in entry.get("diagnosis", [])]
         lines.append(f"  site {entry.get('name')}: {_site_verdict(entry)}"
