@@ -23,7 +23,8 @@ def run_ranks(script: str, folder: str, world_size: int, *, timeout: float = 300
               arguments: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """Runs ``python SCRIPT FOLDER ARGUMENTS…`` here and returns each rank's results, rank 0 first."""
     os.makedirs(folder, exist_ok=True)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE, os.environ.get("PYTHONPATH")])),
+    # The package the test itself imports comes first (PYTHONPATH as given); this checkout's after it.
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), PACKAGE])),
                        GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     log_path = os.path.join(folder, "output.log")
     started = time.monotonic()

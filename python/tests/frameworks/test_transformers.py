@@ -27,7 +27,7 @@ from tiny import LENGTHS, CountIgnoringLM, Rows, collate, llama
 EXPECTED: Dict[str, Tuple[str, Optional[str]]] = {
     "default": ("pass", None),
     "no_average": ("fail", "local_mean"),
-    "ignores_count": ("fail", "sum_of_microbatch_means"),
+    "ignores_count": ("fail", "microbatch_mean×W·G"),
     "label_smoothing": ("pass", None),
     "label_smoothing_no_average": ("fail", "local_mean"),
 }
