@@ -45,9 +45,10 @@ class ProbedLabelSmoother:
     part), masks ``ignore_index`` and divides by ``num_items_in_batch`` when the Trainer passes it, else
     by the microbatch's valid count. This wrapper returns its value unchanged plus Σ p·(−y) over the
     same valid tokens divided by that same denominator, so p.grad carries the smoother's division and
-    everything the Trainer does after it. Before adding, it reads the denominator the smoother really
-    used back from the smoother itself (its value with ``num_items_in_batch=1`` over its value) and
-    raises ``ProbeError`` when that is not the one above: the wrapper never judges a guessed denominator.
+    everything the Trainer does after it. Before adding, it reads back the denominator the smoother
+    really used (the same smoothed loss summed by torch's ``cross_entropy`` with ``label_smoothing``,
+    over the smoother's value) and raises ``ProbeError`` when that is not the one above (to 10⁻³): the
+    wrapper never judges a guessed denominator.
     """
 
     def __init__(self, smoother: Any, probe: Probe) -> None:
@@ -73,8 +74,15 @@ class ProbedLabelSmoother:
         else:
             denominator = num_items_in_batch
         with torch.no_grad():
-            undivided = self.smoother(model_output, labels, shift_labels=shift_labels, num_items_in_batch=1)
-        used = float(undivided) / float(value) if float(value) != 0 else None
+            # The smoothed loss summed over the valid tokens, as torch's cross_entropy computes it (the same
+            # (1 − ε)·nll + ε·mean over classes of −log p per token): over the smoother's value, its denominator.
+            logits = model_output["logits"] if isinstance(model_output, dict) else model_output[0]
+            if shift_labels:
+                logits = logits[..., :-1, :]
+            undivided = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=self.ignore_index,
+                reduction="sum", label_smoothing=self.epsilon)
+        used = float(undivided) / float(value.detach()) if float(value.detach()) != 0 else None
         expected = float(denominator)
         if used is not None and abs(used - expected) > 1e-3 * abs(expected):
             raise ProbeError(f"the Trainer's LabelSmoother divided its loss by {used:.6g}, not by {expected:g} "

@@ -140,3 +140,69 @@ def test_the_probe_changes_no_update(ranks: List[Dict[str, Any]]) -> None:
     result = reported(ranks, "unchanged")
     assert result["keys"], "the probed model's state_dict has other keys (p must not be in it)"
     assert result["differ"] == []
+
+
+# -- the pieces, in one process ------------------------------------------------------------------
+
+
+def test_the_probed_label_smoother_keeps_the_value_and_refuses_another_denominator() -> None:
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from normcheck.integrations.transformers import ProbedLabelSmoother
+    from normcheck.torch import Probe, ProbeError
+    from tiny import TinyLM
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 32, requires_grad=True)
+    labels = torch.tensor([[4, 5, 6, 7, -100], [8, 9, -100, -100, -100]])
+    smoother = LabelSmoother(epsilon=0.1)
+    probe = Probe(TinyLM())
+    with probe.step(wrap=False):
+        for count in (None, torch.tensor(7), 7):
+            expected = smoother({"logits": logits}, labels, shift_labels=True, num_items_in_batch=count)
+            probed = ProbedLabelSmoother(smoother, probe)({"logits": logits}, labels, shift_labels=True,
+                                                          num_items_in_batch=count)
+            assert torch.equal(probed, expected), "the smoother's value, bit for bit"
+            assert probed.requires_grad and probed.grad_fn is not None
+
+        class Halved(LabelSmoother):  # a smoother that divides by another denominator than its count
+            def __call__(self, model_output: Any, labels: torch.Tensor, shift_labels: bool = False,
+                         num_items_in_batch: Any = None) -> torch.Tensor:
+                return super().__call__(model_output, labels, shift_labels, num_items_in_batch) / 2
+
+        with pytest.raises(ProbeError, match="divided its loss by"):
+            ProbedLabelSmoother(Halved(epsilon=0.1), probe)({"logits": logits}, labels, shift_labels=True,
+                                                            num_items_in_batch=torch.tensor(5))
+
+
+def test_drop_from_optimizer_takes_out_every_probe_parameter_and_refuses_one_with_state() -> None:
+    from normcheck.integrations.transformers import drop_from_optimizer
+    from normcheck.torch import Probe, ProbeError
+    from tiny import TinyLM
+
+    model = TinyLM()
+    probe = Probe(model)
+    optimizer = torch.optim.AdamW([{"params": list(model.parameters())[:2]},
+                                   {"params": list(model.parameters())[2:]}], lr=1e-3)
+    held = sum(1 for g in optimizer.param_groups if any(probe.is_probe(q) for q in g["params"]))
+    assert held >= 1
+    assert drop_from_optimizer(optimizer, probe) == held
+    assert not any(probe.is_probe(q) for g in optimizer.param_groups for q in g["params"])
+    probe.check_optimizer(optimizer)
+    assert drop_from_optimizer(optimizer, probe) == 0
+
+    stepped = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    for q in model.parameters():
+        q.grad = torch.zeros_like(q)
+    stepped.step()
+    with pytest.raises(ProbeError, match="optimizer state"):
+        drop_from_optimizer(stepped, probe)
+
+
+def test_attach_refuses_a_trainer_that_already_wrapped_its_model(tmp_path: Any) -> None:
+    from normcheck.torch import ProbeError
+
+    trainer = make_trainer(str(tmp_path), "default", 2, 1)
+    trainer.model_wrapped = torch.nn.Sequential(trainer.model)
+    with pytest.raises(ProbeError, match="before trainer.train"):
+        attach(trainer)
