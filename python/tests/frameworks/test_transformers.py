@@ -86,6 +86,14 @@ def variants_step(rank: int, world_size: int, probe: Any, folder: str) -> Dict[s
         results["raises"] = {"raised": type(e).__name__, "explanations": list(getattr(e, "explanations", ()))}
     except Exception as e:
         results["raises"] = {"error": f"{type(e).__name__}: {e}"}
+    # A step judged after one that is not: DDP must find p's gradient on the unjudged step as well.
+    try:
+        trainer = make_trainer(os.path.join(folder, "second", str(rank)), "no_average", 2, world_size, max_steps=2)
+        callback = attach(trainer, step=1, probe=probe(trainer.model), raise_on_failure=False)
+        trainer.train()
+        results["second_step"] = outcome(callback)
+    except Exception as e:
+        results["second_step"] = {"error": f"{type(e).__name__}: {e}"}
     # The probe changes nothing: the same step with and without it updates the model bit for bit.
     try:
         updated: List[Dict[str, torch.Tensor]] = []
@@ -134,6 +142,12 @@ def test_a_failing_step_raises_out_of_train(ranks: List[Dict[str, Any]]) -> None
     result = reported(ranks, "raises")
     assert result["raised"] == "NormcheckFailure"
     assert "local_mean" in result["explanations"]
+
+
+def test_a_step_after_an_unjudged_one_is_judged(ranks: List[Dict[str, Any]]) -> None:
+    result = reported(ranks, "second_step")
+    assert result["verdict"] == "fail", result["message"]
+    assert "local_mean" in result["diagnosis"], result["message"]
 
 
 def test_the_probe_changes_no_update(ranks: List[Dict[str, Any]]) -> None:
