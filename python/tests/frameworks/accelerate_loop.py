@@ -1,11 +1,16 @@
-"""An accelerate training loop on two CPU processes, judged by the probe: ``python accelerate_loop.py OUT``.
+"""An accelerate training loop on two CPU processes, judged by the probe: ``python accelerate_loop.py OUT LAUNCHER``.
 
-accelerate's own route to several processes on CPU without MPI is ``accelerate.debug_launcher``: it
-forks the processes and joins them in a gloo group through a file store (``accelerate launch --cpu
---num_processes 2`` starts one process unless mpirun runs it; ``notebook_launcher`` on a machine
-without GPUs takes the GPU path and starts processes that are not distributed). Each process runs
-every variant: ``Accelerator(gradient_accumulation_steps=G)``, ``accelerator.prepare`` of the model,
-optimizer and data, ``with accelerator.accumulate(model)`` around each microbatch, and
+LAUNCHER is how the two processes start, both accelerate's own routes on CPU without MPI:
+
+- ``debug_launcher``: ``accelerate.debug_launcher`` forks them and joins them in a gloo group through a
+  file store;
+- ``accelerate_launch``: the ``accelerate launch`` command, ``--multi_gpu --num_processes 2`` (its
+  multi-process launcher, torch's elastic agent; ``--cpu`` selects the single-process launcher, which
+  starts one process unless mpirun runs it), the script building ``Accelerator(cpu=True)``, which joins
+  the processes on gloo (``DistributedType.MULTI_CPU``).
+
+Each process runs every variant: ``Accelerator(gradient_accumulation_steps=G)``, ``accelerator.prepare``
+of the model, optimizer and data, ``with accelerator.accumulate(model)`` around each microbatch, and
 ``accelerator.backward``, which divides by G. Each rank writes OUT/rank-R.json and leaves through
 ``os._exit``.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from typing import Any, Dict, List
 
@@ -92,10 +98,21 @@ def rank_main(out: str) -> None:
 
 
 def main(argv: List[str]) -> None:
-    """Starts the two processes with accelerate's CPU launcher."""
-    from accelerate import debug_launcher
+    """Starts the two processes with the launcher named by ``argv[2]``, or is one of them (``rank``)."""
+    out, launcher = argv[1], argv[2]
+    if launcher == "rank":
+        rank_main(out)
+    elif launcher == "debug_launcher":
+        from accelerate import debug_launcher
 
-    debug_launcher(rank_main, args=(argv[1],), num_processes=2)
+        debug_launcher(rank_main, args=(out,), num_processes=2)
+    elif launcher == "accelerate_launch":
+        command = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
+                   "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   "--main_process_port", "0", os.path.abspath(__file__), out, "rank"]
+        sys.exit(subprocess.run(command, check=False).returncode)
+    else:
+        sys.exit(f"unknown launcher {launcher!r}: debug_launcher, accelerate_launch")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """An accelerate loop (``Accelerator(gradient_accumulation_steps=G)``, ``accelerator.accumulate``) on two CPU
-processes started by accelerate's own CPU launcher, judged by the probe.
+processes, started by ``accelerate launch`` and by ``accelerate.debug_launcher``, judged by the probe.
 
 The documented token-count pattern (the window's valid tokens counted on each process and gathered, the
 summed loss scaled by G·W/N to undo ``accelerator.backward``'s ÷G and DDP's ÷W) passes; the per-batch
@@ -17,10 +17,12 @@ from scripts import run_ranks
 EXPECTED = {"token_count": ("pass", None), "mean": ("fail", "microbatch_mean")}
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory: Any) -> List[Dict[str, Any]]:
-    """Both processes' results of every variant (one launch)."""
-    return run_ranks("accelerate_loop.py", str(tmp_path_factory.mktemp("accelerate")), 2, timeout=400)
+@pytest.fixture(scope="module", params=["accelerate_launch", "debug_launcher"])
+def ranks(request: Any, tmp_path_factory: Any) -> List[Dict[str, Any]]:
+    """Both processes' results of every variant (one launch per launcher)."""
+    launcher = request.param
+    return run_ranks("accelerate_loop.py", str(tmp_path_factory.mktemp(launcher)), 2, timeout=400,
+                     arguments=[launcher])
 
 
 @pytest.mark.parametrize("g", [2, 4], ids=lambda g: f"G{g}")
