@@ -106,17 +106,22 @@ class WeightRow:
     sequence: Optional[int]
     """The sequence's index in its microbatch, or None when the microbatch is the group."""
     tokens: int
-    code: str
-    """The weight the code gave each token of the group, exact (``code_decimal``: as a decimal)."""
-    code_decimal: str
+    code: Optional[str]
+    """The weight the code gave each token of the group, exact (``code_decimal``: as a decimal); None when
+    the group has no token to give one to, or its component is not a number."""
+    code_decimal: Optional[str]
     objective: str
     """The weight the declared objective gives each token of the group, exact."""
     objective_decimal: str
-    ratio: str
-    """code / objective, exact."""
-    ratio_decimal: str
+    ratio: Optional[str]
+    """code / objective, exact (None without both)."""
+    ratio_decimal: Optional[str]
     within_bound: bool
     """True when the code's weight is the objective's within the float bound."""
+    observed: str = ""
+    """The group's component as observed (exact)."""
+    witness_agrees: bool = True
+    """False when the witness shows the weight varies among the group's tokens."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,11 @@ class SiteVerdict:
 
     name: str
     verdict: Optional[str]
+    """'pass' when the site's weights are the objective's (and its replicas agree), else 'fail'."""
     diagnosis: Tuple[str, ...] = ()
     weights: Optional[WeightTable] = None
+    detail: str = ""
+    could_hide: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -277,22 +285,29 @@ def _table_lines(weights: Dict[str, Any], indent: str, limit: int = TABLE_ROWS) 
     shown = rows[:limit]
     header = ("group", "rank", "mb", "seq", "tokens", "code", "objective", "code/objective")
     table = [header]
+
+    def text(value: Any) -> str:
+        return "—" if value is None else str(value)
+
     for row in shown:
-        ratio = str(row.get("ratio", ""))
+        ratio = text(row.get("ratio"))
         if len(ratio) > 14:
-            ratio = "≈" + str(row.get("ratio_decimal", ratio))
+            ratio = "≈" + text(row.get("ratio_decimal"))
         sequence = row.get("sequence")
-        table.append((str(row.get("group", "")), str(row.get("rank", "")), str(row.get("microbatch", "")),
-                      "-" if sequence is None else str(sequence), str(row.get("tokens", "")),
-                      str(row.get("code_decimal", row.get("code", ""))),
-                      str(row.get("objective_decimal", row.get("objective", ""))), ratio))
+        code = row.get("code_decimal") if row.get("code_decimal") is not None else row.get("code")
+        if code is None and row.get("observed") is not None and not row.get("tokens"):
+            code = "—"
+        table.append((text(row.get("group")), text(row.get("rank")), text(row.get("microbatch")),
+                      "-" if sequence is None else str(sequence), text(row.get("tokens")), text(code),
+                      text(row.get("objective_decimal", row.get("objective"))), ratio))
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     lines = [f"{indent}weight per token of each group: the code's, the objective's, and their ratio "
-             f"({weights.get('groups', len(rows))} groups; * outside the bound)"]
+             f"({weights.get('groups', len(rows))} groups; * outside the bound, ~ varies inside the group)"]
     for i, line in enumerate(table):
         mark = " "
-        if i > 0 and shown[i - 1].get("within_bound") is False:
-            mark = "*"
+        if i > 0:
+            row = shown[i - 1]
+            mark = "*" if row.get("within_bound") is False else ("~" if row.get("witness_agrees") is False else " ")
         lines.append(f"{indent}{mark} " + "  ".join(cell.rjust(width) for cell, width in zip(line, widths)).rstrip())
     more = len(rows) - len(shown) + omitted
     if more > 0:
@@ -300,6 +315,34 @@ def _table_lines(weights: Dict[str, Any], indent: str, limit: int = TABLE_ROWS) 
         lines.append(f"{indent}  … {more} more" + (f" ({outside} of those listed in the report outside the bound)"
                                                     if outside else ""))
     return lines
+
+
+def _site_verdict(entry: Dict[str, Any]) -> Optional[str]:
+    """A site's verdict: its own, or whether its weights are the objective's (``matches_objective``)."""
+    if entry.get("verdict") is not None:
+        return str(entry["verdict"])
+    if "matches_objective" in entry:
+        return "pass" if entry["matches_objective"] else "fail"
+    return None
+
+
+def _codes(weights: Any) -> Optional[List[Any]]:
+    """A weight table's rows as (group, code) pairs, or None without a complete table."""
+    if not isinstance(weights, dict) or weights.get("omitted"):
+        return None
+    rows = weights.get("rows")
+    if not isinstance(rows, list):
+        return None
+    return [(row.get("group"), row.get("code"), row.get("observed")) for row in rows if isinstance(row, dict)]
+
+
+def _sites_like_p(gate: Dict[str, Any]) -> List[str]:
+    """The sites whose weight table is p's, row by row (exact codes), in report order."""
+    top = _codes(gate.get("weights"))
+    if top is None:
+        return []
+    return [str(entry.get("name")) for entry in gate.get("sites", []) or []
+            if isinstance(entry, dict) and _codes(entry.get("weights")) == top]
 
 
 def describe(report: Dict[str, Any]) -> str:
@@ -330,6 +373,9 @@ def describe(report: Dict[str, Any]) -> str:
             lines.append(f"  check {check.get('name')} failed: {check.get('detail')}")
     diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
     could_hide = gate.get("could_hide", [])
+    alike = _sites_like_p(gate)
+    # A site that weighs every group as p does repeats p's diagnosis under its name: said once, below.
+    diagnosis = [e for e in diagnosis if not any(str(e.get("name", "")).startswith(f"{site}: ") for site in alike)]
     if diagnosis:
         lines.append("  diagnosis:")
         lines += _explanation_lines(diagnosis, "    ")
@@ -343,12 +389,16 @@ def describe(report: Dict[str, Any]) -> str:
     weights = gate.get("weights")
     if isinstance(weights, dict) and verdict != "pass":
         lines += _table_lines(weights, "  ")
+    if alike and verdict != "pass":
+        lines.append(f"  site{'s' if len(alike) > 1 else ''} {', '.join(alike)}: the same weights as p, group by "
+                     "group (what differs is the loss's normalization, not a module's treatment of its gradients)")
     for entry in gate.get("sites", []) or []:
-        if not isinstance(entry, dict) or entry.get("verdict") == "pass":
+        if not isinstance(entry, dict) or _site_verdict(entry) == "pass" or entry.get("name") in alike:
             continue
         names = [e.get("name", "") for e in entry.get("diagnosis", [])]
-        lines.append(f"  site {entry.get('name')}: {entry.get('verdict')}"
-                     + (f", diagnosis {', '.join(names)}" if names else ""))
+        lines.append(f"  site {entry.get('name')}: {_site_verdict(entry)}"
+                     + (f", diagnosis {', '.join(names)}" if names else "")
+                     + (f": {entry['detail']}" if entry.get("detail") else ""))
         lines += _explanation_lines(entry.get("diagnosis", []), "    ")
         if isinstance(entry.get("weights"), dict):
             lines += _table_lines(entry["weights"], "    ")
@@ -370,12 +420,17 @@ def weight_table(weights: Any) -> Optional[WeightTable]:
         rows.append(WeightRow(
             group=int(row.get("group", 0)), rank=int(row.get("rank", 0)), microbatch=int(row.get("microbatch", 0)),
             sequence=None if sequence is None else int(sequence), tokens=int(row.get("tokens", 0)),
-            code=str(row.get("code", "")), code_decimal=str(row.get("code_decimal", "")),
+            code=_optional(row.get("code")), code_decimal=_optional(row.get("code_decimal")),
             objective=str(row.get("objective", "")), objective_decimal=str(row.get("objective_decimal", "")),
-            ratio=str(row.get("ratio", "")), ratio_decimal=str(row.get("ratio_decimal", "")),
-            within_bound=bool(row.get("within_bound", False))))
+            ratio=_optional(row.get("ratio")), ratio_decimal=_optional(row.get("ratio_decimal")),
+            within_bound=bool(row.get("within_bound", False)), observed=str(row.get("observed", "")),
+            witness_agrees=bool(row.get("witness_agrees", True))))
     return WeightTable(groups=int(weights.get("groups", len(rows))), rows=tuple(rows),
                        omitted=int(weights.get("omitted", 0) or 0))
+
+
+def _optional(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
 
 
 def _names(entries: Any) -> Tuple[str, ...]:
@@ -389,8 +444,9 @@ def _verdict(report: Dict[str, Any], require_gate: bool) -> Verdict:
         status = "fail"  # what --require-gate does, for an executable that predates it
     verdict = gate.get("verdict")
     diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
-    sites = tuple(SiteVerdict(name=str(e.get("name", "")), verdict=e.get("verdict"), diagnosis=_names(e.get("diagnosis")),
-                              weights=weight_table(e.get("weights")))
+    sites = tuple(SiteVerdict(name=str(e.get("name", "")), verdict=_site_verdict(e), diagnosis=_names(e.get("diagnosis")),
+                              weights=weight_table(e.get("weights")), detail=str(e.get("detail", "") or ""),
+                              could_hide=_names(e.get("could_hide")))
                   for e in gate.get("sites", []) or [] if isinstance(e, dict))
     details = tuple(Explanation(name=str(e.get("name", "")), value=str(e.get("value", "")),
                                 bound=None if e.get("bound") is None else str(e.get("bound")),

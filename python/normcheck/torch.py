@@ -23,6 +23,7 @@ import itertools
 import math
 import os
 import tempfile
+import types
 import weakref
 from fractions import Fraction
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
@@ -57,6 +58,38 @@ _DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.bfloat
 _ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 _files = itertools.count()
 _default_folder: Optional[str] = None  # one temporary folder per process for dumps nobody placed
+
+
+
+class _KeywordInputs:
+    """Where forward pre-hooks take no keyword arguments (torch 1.13): ``module.forward`` shadowed on the
+    instance by a method that hands (module, args, kwargs) to ``seen`` first, so that a model called as
+    ``model(input_ids=..., labels=...)`` shows its batch; ``remove()`` restores the forward it had. The
+    method is bound to the module, so a deep copy of the module calls its own forward."""
+
+    def __init__(self, module: nn.Module, seen: Callable[[nn.Module, Any, Any], None]) -> None:
+        self._module: Optional[nn.Module] = module
+        self._previous = module.__dict__.get("forward")
+        previous = self._previous
+
+        def observed(this: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            seen(this, args, kwargs)
+            if previous is not None:
+                return previous(*args, **kwargs)
+            return type(this).forward(this, *args, **kwargs)
+
+        self.forward = types.MethodType(observed, module)
+        object.__setattr__(module, "forward", self.forward)
+
+    def remove(self) -> None:
+        """Restores the forward the module had (once; later calls do nothing)."""
+        module, self._module = self._module, None
+        if module is None or module.__dict__.get("forward") is not self.forward:
+            return
+        if self._previous is not None:
+            object.__setattr__(module, "forward", self._previous)
+        else:
+            del module.__dict__["forward"]
 
 
 class ProbeError(RuntimeError):
@@ -334,8 +367,8 @@ class Probe:
     def _register_inputs_hook(self, module: nn.Module) -> Any:
         try:
             return module.register_forward_pre_hook(self._before_forward_kwargs, with_kwargs=True)
-        except TypeError:  # torch 1.13: positional inputs only
-            return module.register_forward_pre_hook(self._before_forward)
+        except TypeError:  # torch 1.13: a pre-hook sees positional inputs only
+            return _KeywordInputs(module, self._before_forward_kwargs)
 
     # -- the probe's parameters -------------------------------------------------------------------
 
@@ -405,11 +438,6 @@ class Probe:
         self._seen = capture.seen()
         for holder in self._holders:
             holder.parameter.grad = None
-
-    def _before_forward(self, module: nn.Module, args: Any) -> None:
-        if torch.is_grad_enabled():
-            self._inputs = (tuple(args), {})
-            self._inputs_layout = False
 
     def _before_forward_kwargs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():

@@ -15,6 +15,7 @@ after the shift); n_rm, n_r and N sum them; S counts the update's sequences with
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -28,19 +29,28 @@ import tiny_lm
 from tiny_lm import IGNORE, LENGTH, VOCAB
 
 # Row lengths per rank, per microbatch (1 to 3 rows, up to 4 microbatches, up to 3 ranks). Counts
-# (length − 1 per row): rank 0 [8, 11, 7, 5], rank 1 [7, 4, 5, 8], rank 2 [9, 1, 10, 10]: every window
-# of G = 1, 2, 4 microbatches has distinct per-rank counts, and rows per microbatch vary.
+# (length − 1 per row): rank 0 [8, 11, 7, 5], rank 1 [7, 5, 5, 8], rank 2 [9, 4, 10, 10]: every window
+# of G = 1, 2, 4 microbatches has distinct per-rank counts, of tokens and of rows, and per-microbatch
+# counts over the ranks that are not all equal (a per-microbatch count is then no token mean, nor a
+# per-microbatch row count a sequence mean), and rows per microbatch vary.
 DATASETS: Dict[str, List[List[List[int]]]] = {
     "uneven": [
         [[6, 4], [5, 6, 3], [3, 6], [6]],
-        [[3, 2, 5], [4, 2], [6], [2, 5, 4]],
-        [[5, 6], [2], [4, 3, 6], [6, 6]],
+        [[3, 2, 5], [3, 3, 2], [6], [2, 5, 4]],
+        [[5, 6], [2, 2, 3], [4, 3, 6], [6, 6]],
     ],
     # Rank 1's microbatch 1 holds no label (rows of length 1 and 0); with G = 1, rank 1 is empty.
     "empty": [
         [[6, 4], [5, 6, 3], [3, 6], [6]],
         [[1, 0], [1, 0], [6], [2, 5, 4]],
         [[5, 6], [2], [4, 3, 6], [6, 6]],
+    ],
+    # Every microbatch holds as many tokens over all ranks as the next (14 over two ranks, 22 over three),
+    # the ranks' own counts differ: a count over k of G microbatches is exactly k/G of the update's.
+    "steady": [
+        [[6, 5], [4, 3, 3], [5, 6, 3], [4, 3]],
+        [[4, 3], [5, 4], [2, 3], [6, 5]],
+        [[5, 5], [6, 4], [3, 4, 4], [2, 6, 3]],
     ],
     # Every rank the same rows: equal counts, the local mean is the token mean.
     "equal": [
@@ -167,6 +177,11 @@ def passes() -> Expect:
     return lambda w, g: ("pass", ())
 
 
+def in_g(name_g: str, name_w: str) -> Expect:
+    """A factor in G, which reads as the same factor in W when W = G (name_w is then accepted too)."""
+    return lambda w, g: ("fail", (f"{name_g}|{name_w}",) if w == g else (name_g,))
+
+
 @dataclass(frozen=True)
 class Loop:
     """One training loop of the table."""
@@ -190,6 +205,12 @@ class Loop:
     worlds: Tuple[int, ...] = (2, 3)
     could_hide: Tuple[str, ...] = ()
     """Names the gate must list as could-hide (never as failures)."""
+    known: str = ""
+    """Why the gate does not give ``expect`` today (a test that must fail until it does), or ""."""
+    positions: int = LENGTH - 1
+    """Loss targets per row: LENGTH − 1 with the shift by slicing, LENGTH when the labels are padded first."""
+    declares_divisor: bool = False
+    """The loop tells the probe what each rank divided by: its own count (probe.divided_by)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -281,20 +302,21 @@ def rank_mean_over_g(s: Step) -> None:
 
 
 def microbatch_global_count(s: Step) -> None:
-    """Each microbatch divided by its own count over all ranks (all-reduced per microbatch), no ÷G."""
+    """Each microbatch over its own count on all ranks (all-reduced per microbatch), then ÷G as accelerate's
+    accumulate() divides: a token count per microbatch where it should span the window."""
     for m, tokens, labels, backward in s.microbatches():
         per_token, valid = s.per_token(tokens, labels)
         total = s.all_reduce(int(valid.sum()))
-        backward(per_token.sum() * s.world_size / total)
+        backward(per_token.sum() * s.world_size / total / s.g)
 
 
 def cumulative_count(s: Step) -> None:
-    """Megatron #7213: microbatch m divided by the count accumulated so far (microbatches 0…m, all ranks)."""
-    running = 0.0
+    """Megatron #7213: microbatch m divided by the rank's count accumulated so far (microbatches 0…m)."""
+    running = 0
     for m, tokens, labels, backward in s.microbatches():
         per_token, valid = s.per_token(tokens, labels)
-        running = running + s.all_reduce(int(valid.sum()))
-        backward(per_token.sum() * s.world_size / running)
+        running += int(valid.sum())
+        backward(per_token.sum() / running)
 
 
 def times_g(s: Step) -> None:
@@ -313,9 +335,14 @@ def world_twice(s: Step) -> None:
         backward(loss * s.world_size * s.world_size / total)
 
 
+def hardcoded_extra(world_size: int) -> int:
+    """TP·CP of hardcoded_world: a factor that is no power of W (and, on two ranks, not N/S = 3 of G = 1)."""
+    return 5 if world_size == 2 else 4
+
+
 def hardcoded_world(s: Step) -> None:
     """transformers #39648: loss × (DP·TP·CP) with TP·CP counted although they do not average here."""
-    extra = 3 if s.world_size == 2 else 4
+    extra = hardcoded_extra(s.world_size)
     total = s.all_reduce(s.local_count())
     for m, tokens, labels, backward in s.microbatches():
         loss = s.forward(tokens, labels, reduction="sum")
@@ -358,21 +385,32 @@ def count_before_shift(s: Step) -> None:
         backward(s.forward(tokens, labels, reduction="sum") * s.world_size / total)
 
 
+def other_window_steps(world_size: int, g: int) -> int:
+    """The k microbatches other_window counts over: G/k names no factor in W or G (3 of 4 on two ranks, 2 of 4 on three)."""
+    return 3 if world_size == 2 else 2
+
+
 def other_window(s: Step) -> None:
-    """TRL #5619: the divisor counts the tokens of another window (the first half of the accumulated one)."""
-    half = max(s.g // 2, 1)
-    counted = sum(int((tiny_lm.shifted_labels(labels) != IGNORE).sum()) for _, labels in s.batches[:half])
+    """TRL #5619: the divisor counts the tokens of another window than the one accumulated (k of the G
+    microbatches; each microbatch holds as many tokens over all ranks as the next)."""
+    k = other_window_steps(s.world_size, s.g)
+    counted = sum(int((tiny_lm.shifted_labels(labels) != IGNORE).sum()) for _, labels in s.batches[:k])
     total = s.all_reduce(counted)
     for m, tokens, labels, backward in s.microbatches():
         per_token, _ = s.per_token(tokens, labels)
         backward(per_token.sum() * s.world_size / total)
 
 
+def nominal_window(world_size: int, g: int) -> int:
+    """accumulate_grad_batches of short_window: more than the G run, and G over it names no factor in W or G."""
+    return g + 1 if world_size == 2 else g + 3
+
+
 def short_window(s: Step) -> None:
     """Lightning #19987, ms-swift #10084: the last window is short (G microbatches) but the mean loss is
-    divided by the nominal accumulate_grad_batches, G + 1."""
+    divided by the nominal accumulate_grad_batches."""
     for m, tokens, labels, backward in s.microbatches():
-        backward(s.forward(tokens, labels) / (s.g + 1))
+        backward(s.forward(tokens, labels) / nominal_window(s.world_size, s.g))
 
 
 def rescaled_buffer(s: Step) -> None:
@@ -429,6 +467,13 @@ def sum_of_sequence_means(s: Step) -> None:
         backward(sequence_means(per_token, valid).sum())
 
 
+def sequence_positions(s: Step) -> None:
+    """verl #3741: each sequence's token sum over its padded length (valid and padded positions)."""
+    for m, tokens, labels, backward in s.microbatches():
+        per_token, _ = s.per_token(tokens, labels)
+        backward((per_token.sum(dim=1) / per_token.shape[1]).sum())
+
+
 def seq_mean_token_sum(s: Step) -> None:
     """verl seq-mean-token-sum: each sequence's token sum, averaged over the update's sequences."""
     sequences = s.all_reduce(sum(int(((labels[:, 1:] != IGNORE).sum(1) > 0).sum()) for _, labels in s.batches))
@@ -437,9 +482,13 @@ def seq_mean_token_sum(s: Step) -> None:
         backward(per_token.sum() * s.world_size / sequences)
 
 
+MAX_RESPONSE = 8
+"""Dr. GRPO's L_max: the longest response the generation allows (longer than any row here)."""
+
+
 def dr_grpo_normalizer(counts: Counts) -> int:
     """Dr. GRPO's constant: the update's sequences times the longest possible response."""
-    return counts.rows * (LENGTH - 1)
+    return counts.rows * MAX_RESPONSE
 
 
 def dr_grpo(s: Step) -> None:
@@ -534,6 +583,12 @@ def f(numerator: Any, *denominators: Any) -> Fraction:
     return result
 
 
+WEIGHTED_SEQUENCES = ("the reader rejects the weights beside sequences that the format allows: {\"sequences\": "
+                      "[[w, …]]} beside a rank's targets is a schema_error (weights must be an array), beside "
+                      "microbatches a parse_error after the first microbatch's sequences")
+EMPTY_COUNTED = ("empty_microbatches_counted is not a candidate for the ranks without an empty microbatch, where "
+                 "it is the microbatch mean, so an update with one empty microbatch is never named so")
+
 LOOPS: List[Loop] = [
     # -- correct loops: pass --
     Loop("global_count", "torchtitan, accelerate's token count", global_count,
@@ -541,7 +596,7 @@ LOOPS: List[Loop] = [
     Loop("sync_every_microbatch", "the global count, every microbatch synchronized", sync_every_microbatch,
          lambda c, r, m, s: f(1, c.N), passes(), gs=(2, 4)),
     Loop("hf_trainer", "transformers Trainer ≥ 4.46 with average_tokens_across_devices", hf_trainer,
-         lambda c, r, m, s: f(1, c.N), passes(), patched=True),
+         lambda c, r, m, s: f(1, c.N), passes(), patched=True, positions=LENGTH),
     Loop("sum_hook_correct", "a sum communication hook with the loss sum / N", sum_hook_correct,
          lambda c, r, m, s: f(1, c.N), passes(), hook="sum"),
     Loop("fp16_hook", "torch's fp16_compress_hook", global_count, lambda c, r, m, s: f(1, c.N), passes(),
@@ -551,16 +606,16 @@ LOOPS: List[Loop] = [
     Loop("post_reduction_scale_correct", "torchtune scale_grads(W / N), probe capture='step'",
          post_reduction_scale_correct, lambda c, r, m, s: f(1, c.N), passes(), options={"capture": "step"}),
     Loop("weighted_mass", "class-weighted cross-entropy over the weight mass", weighted_mass,
-         lambda c, r, m, s: 1 / c.mass, passes(), patched=True, gs=(1, 2)),
+         lambda c, r, m, s: 1 / c.mass, passes(), patched=True, gs=(1, 2), known=WEIGHTED_SEQUENCES),
     Loop("empty_rank", "the global count with a rank that holds no label (G = 1) or an empty microbatch",
          global_count, lambda c, r, m, s: f(1, c.N), passes(), dataset="empty"),
     # -- one DDP group's named mistakes --
     Loop("local_mean", "each rank's own count (Megatron #7452)", local_mean,
          lambda c, r, m, s: f(1, c.world_size * c.r(r)), fails("local_mean")),
     Loop("hf_per_device", "transformers #34242: per-device num_items_in_batch", hf_per_device,
-         lambda c, r, m, s: f(1, c.world_size * c.r(r)), fails("local_mean"), patched=True),
+         lambda c, r, m, s: f(1, c.world_size * c.r(r)), fails("local_mean"), patched=True, positions=LENGTH),
     Loop("hf_per_device_times_w", "transformers per-device count × W (NeMo Automodel #3830)", hf_per_device_times_w,
-         lambda c, r, m, s: f(1, c.r(r)), fails("local_mean×W"), patched=True),
+         lambda c, r, m, s: f(1, c.r(r)), fails("local_mean×W"), patched=True, positions=LENGTH),
     Loop("hf_before_fix", "transformers before #34191: mean loss / G", hf_before_fix,
          lambda c, r, m, s: f(1, c.world_size * c.g * c.rm(r, m)),
          lambda w, g: ("fail", ("microbatch_mean",) if g > 1 else ("local_mean",)), patched=True),
@@ -568,21 +623,22 @@ LOOPS: List[Loop] = [
          lambda c, r, m, s: f(1, c.world_size * c.rm(r, m)),
          lambda w, g: ("fail", ("sum_of_microbatch_means",) if g > 1 else ("local_mean",)), patched=True),
     Loop("hf_double_division", "transformers #35808: the window's count, then ÷G again", hf_double_division,
-         lambda c, r, m, s: f(1, c.N * c.g), fails("objective/G"), patched=True, gs=(2, 4)),
+         lambda c, r, m, s: f(1, c.N * c.g), in_g("objective/G", "global_share"), patched=True, gs=(2, 4), positions=LENGTH),
     Loop("rank_mean_over_g", "torchtitan #1842: per-rank mean, ÷G", rank_mean_over_g,
          lambda c, r, m, s: f(1, c.world_size * c.g * c.r(r)),
-         lambda w, g: ("fail", ("local_mean/G",) if g > 1 else ("local_mean",))),
-    Loop("microbatch_global_count", "a per-microbatch global count, no ÷G", microbatch_global_count,
-         lambda c, r, m, s: f(1, c.Nm(m)), fails("microbatch_global_count"), gs=(2, 4)),
+         lambda w, g: in_g("local_mean/G", "local_mean/W")(w, g) if g > 1 else ("fail", ("local_mean",))),
+    Loop("microbatch_global_count", "a per-microbatch global count, ÷G", microbatch_global_count,
+         lambda c, r, m, s: f(1, c.Nm(m) * c.g), fails("microbatch_global_count"), gs=(2, 4)),
     Loop("cumulative_count", "Megatron #7213: cumulative counts", cumulative_count,
-         lambda c, r, m, s: f(1, sum(c.Nm(k) for k in range(m + 1))), fails("prefix_count"), gs=(2, 4)),
+         lambda c, r, m, s: f(1, c.world_size * sum(c.rm(r, k) for k in range(m + 1))), fails("prefix_count"),
+         gs=(2, 4)),
     Loop("times_g", "the loss × G on top of the global count", times_g,
-         lambda c, r, m, s: f(c.g, c.N), fails("objective×G"), gs=(2, 4)),
+         lambda c, r, m, s: f(c.g, c.N), in_g("objective×G", "objective×W"), gs=(2, 4)),
     Loop("world_twice", "W applied twice", world_twice, lambda c, r, m, s: f(c.world_size, c.N),
          fails("objective×W"), patched=True),
     Loop("hardcoded_world", "transformers #39648: loss × (DP·TP·CP)", hardcoded_world,
-         lambda c, r, m, s: f(3 if c.world_size == 2 else 4, c.N),
-         lambda w, g: ("fail", ("objective×3",) if w == 2 else ("objective×4",)), patched=True, gs=(1, 2)),
+         lambda c, r, m, s: f(hardcoded_extra(c.world_size), c.N),
+         lambda w, g: ("fail", (f"objective×{hardcoded_extra(w)}",)), patched=True, gs=(1, 2)),
     Loop("global_share", "the loss sum / N under DDP's mean", global_share,
          lambda c, r, m, s: f(1, c.world_size * c.N), fails("global_share|objective/W")),
     Loop("post_reduction_scale", "torchtune #2172: 1/N after DDP's mean (capture='step')", post_reduction_scale,
@@ -599,14 +655,18 @@ LOOPS: List[Loop] = [
     Loop("count_before_shift", "labels counted before the shift", count_before_shift,
          lambda c, r, m, s: f(1, c.unshifted()), fails("count_before_shift"), patched=True),
     Loop("other_window", "TRL #5619: the divisor over another window", other_window,
-         lambda c, r, m, s: f(1, sum(c.Nm(k) for k in range(max(c.g // 2, 1)))), fails("other_window"), gs=(2, 4)),
+         lambda c, r, m, s: f(1, sum(c.Nm(k) for k in range(other_window_steps(c.world_size, c.g)))),
+         fails("other_window"), gs=(4,),
+         dataset="steady"),
     Loop("short_window", "Lightning #19987, ms-swift #10084: a short window ÷ the nominal G", short_window,
-         lambda c, r, m, s: f(1, c.world_size * (c.g + 1) * c.rm(r, m)), fails("short_window"), patched=True),
+         lambda c, r, m, s: f(1, c.world_size * nominal_window(c.world_size, c.g) * c.rm(r, m)), fails("short_window"),
+         patched=True, gs=(2, 4)),
+    # Two microbatches fit a geometric and any other two-point pattern alike: G = 4 only.
     Loop("rescaled_buffer", "torchtitan #1733: the buffer rescaled every microbatch", rescaled_buffer,
-         lambda c, r, m, s: f(Fraction(1, c.g) ** (c.g - 1 - m), 1, c.N), fails("geometric"), gs=(2, 4)),
+         lambda c, r, m, s: f(Fraction(1, c.g) ** (c.g - 1 - m), 1, c.N), fails("geometric"), gs=(4,)),
     Loop("empty_counted", "NeMo RL #212: ÷ microbatches including fully masked ones", empty_counted,
          lambda c, r, m, s: f(1, c.world_size * c.g * max(c.rm(r, m), 1)), fails("empty_microbatches_counted"),
-         dataset="empty", gs=(2, 4)),
+         dataset="empty", gs=(2, 4), known=EMPTY_COUNTED),
     Loop("mean_of_empty", "the mean of a microbatch without labels", mean_of_empty,
          lambda c, r, m, s: f(1, c.world_size * c.g * c.rm(r, m)) if c.rm(r, m) else None,
          fails("mean_of_empty"), dataset="empty", patched=True),
@@ -614,7 +674,7 @@ LOOPS: List[Loop] = [
          lambda c, r, m, s: f(len(c.n[r][m]), sum(len(rows) for rows in c.n[r]) * c.world_size * c.rm(r, m)),
          fails("sequence_share"), gs=(2, 4)),
     Loop("weighted_count", "class weights over the token count", weighted_count,
-         lambda c, r, m, s: f(1, c.N), fails("count_denominator"), patched=True, gs=(1, 2)),
+         lambda c, r, m, s: f(1, c.N), fails("count_denominator"), patched=True, gs=(1, 2), known=WEIGHTED_SEQUENCES),
     Loop("unexplained", "a factor no formula names", unexplained,
          lambda c, r, m, s: f(Fraction(8 + 3 * m + r, 8), 1, c.N), fails("unexplained"), gs=(2,)),
     Loop("per_row_mean_unseen", "per-sequence means where the probe sees only microbatches", per_row_mean_unseen,
@@ -622,7 +682,7 @@ LOOPS: List[Loop] = [
          options={"sequences": False}, gs=(1, 2)),
     Loop("stage_hooks", "DeepSpeed #8152: one stage's hooks ÷G", stage_hooks, lambda c, r, m, s: f(1, c.N),
          lambda w, g: ("fail", ()), site_weight={"layer": lambda c, r, m, s: f(1, c.N * c.g)},
-         site_expect=("layer", "objective/G"), gs=(2, 4)),
+         site_expect=("layer", "objective/G|global_share"), gs=(2, 4)),
     # -- declared objectives --
     Loop("seq_mean_token_mean", "verl seq-mean-token-mean (GRPO)", seq_mean_token_mean,
          lambda c, r, m, s: f(1, c.S * c.n[r][m][s]) if c.n[r][m][s] else Fraction(0), passes(),
@@ -634,6 +694,8 @@ LOOPS: List[Loop] = [
     Loop("sum_of_sequence_means", "verl #7200, open-instruct #1137", sum_of_sequence_means,
          lambda c, r, m, s: f(1, c.world_size * c.n[r][m][s]) if c.n[r][m][s] else Fraction(0),
          fails("sum_of_sequence_means"), objective="sequence_mean"),
+    Loop("sequence_positions", "verl #3741: each sequence's sum over its padded length", sequence_positions,
+         lambda c, r, m, s: f(1, c.world_size * (LENGTH - 1)), fails("sequence_positions")),
     Loop("seq_mean_token_sum", "verl seq-mean-token-sum", seq_mean_token_sum,
          lambda c, r, m, s: f(1, c.S), passes(), objective="sequence_sum_mean"),
     Loop("sequence_sum_mean_declared_token_mean", "seq-mean-token-sum code, token_mean declared", seq_mean_token_sum,
@@ -643,8 +705,10 @@ LOOPS: List[Loop] = [
          normalizer=dr_grpo_normalizer),
     Loop("token_mean_declared_constant", "token-mean code, constant declared", global_count,
          lambda c, r, m, s: f(1, c.N), fails("token_mean"), objective="constant", normalizer=dr_grpo_normalizer),
+    # Under the token mean the gate knows no constant: a uniform factor (N/C, on the objective or on a count
+    # that is proportional to C) is what it can name.
     Loop("constant_declared_token_mean", "Dr. GRPO code, token_mean declared", dr_grpo,
-         lambda c, r, m, s: f(1, dr_grpo_normalizer(c)), fails("constant")),
+         lambda c, r, m, s: f(1, dr_grpo_normalizer(c)), fails("*×*|*/*")),
     # -- equal counts: nothing tells the local mean from the token mean --
     Loop("equal_counts", "the global count on equal counts", global_count, lambda c, r, m, s: f(1, c.N),
          lambda w, g: ("inconclusive", ()), dataset="equal", gs=(1, 2), could_hide=("local_mean",)),
@@ -654,7 +718,7 @@ LOOPS: List[Loop] = [
     # The denominator check fails (each rank divided by its own count); the gradient is the objective's.
     Loop("local_mean_declared_equal", "the local mean on equal counts, divisor declared", local_mean_declared,
          lambda c, r, m, s: f(1, c.world_size * c.r(r)), lambda w, g: ("fail", ()), dataset="equal", gs=(1, 2),
-         could_hide=("local_mean",)),
+         could_hide=("local_mean",), declares_divisor=True),
 ]
 
 BY_NAME = {loop.name: loop for loop in LOOPS}
@@ -717,3 +781,95 @@ def run(loop: Loop, g: int, rank: int, world_size: int, dtype: torch.dtype, make
 def cases(world_size: int) -> List[Tuple[Loop, int]]:
     """(loop, G) pairs a launch of W ranks runs."""
     return [(loop, g) for loop in LOOPS if world_size in loop.worlds for g in loop.gs]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The same updates as exact documents: the weight tables the loops give, without floats or processes
+
+def exact_document(loop: Loop, world_size: int, g: int) -> Optional[Dict[str, Any]]:
+    """The per-group document the probe would write for ``loop``, with the oracle's exact weights (None for a
+    weighted loop, whose tokens the oracle does not describe)."""
+    from normcheck import dump
+
+    if loop.name.startswith("weighted"):
+        return None
+    counts = Counts(window(loop.dataset, g, world_size))
+    with_sequences = loop.options.get("sequences", True)
+    ranks: List[List[Any]] = []
+    tables: Dict[Optional[str], Tuple[List[Any], List[Any]]] = {}
+    sites = [None, "embed", "layer", "head"]
+    for site in sites:
+        weight_of = (loop.site_weight or {}).get(site or "", loop.weight) if site else loop.weight
+        primary: List[Any] = []
+        witness: List[Any] = []
+        for r in range(world_size):
+            for m in range(g):
+                rows = counts.n[r][m]
+                weights = [weight_of(counts, r, m, k) for k in range(len(rows))]
+                groups = [[k] for k in range(len(rows))] if with_sequences else [list(range(len(rows)))]
+                for members in groups:
+                    if any(weights[k] is None for k in members):
+                        primary.append("nan")
+                        witness.append("nan")
+                        continue
+                    total, moment, ordinal = Fraction(0), Fraction(0), 0
+                    for k in members:
+                        w = weights[k]
+                        assert w is not None
+                        for _ in range(rows[k]):
+                            ordinal += 1
+                            total -= w
+                            moment -= ordinal * w
+                    primary.append(total)
+                    witness.append(moment)
+        tables[site] = (primary, witness)
+    for r in range(world_size):
+        batches = []
+        for m in range(g):
+            rows = counts.n[r][m]
+            if with_sequences:
+                batches.append(dump.sequences([dump.group(n, padding=loop.positions - n) for n in rows]))
+            else:
+                batches.append(dump.group(sum(rows), padding=loop.positions * len(rows) - sum(rows)))
+        ranks.append(batches)
+    primary, witness = tables[None]
+    seen = dump.observed(dtype="float32", per_rank=[primary] * world_size, witness=[witness] * world_size,
+                         sites=[dump.site(name, [tables[name][0]] * world_size, [tables[name][1]] * world_size)
+                                for name in sites[1:]],
+                         divided_by=[counts.r(r) for r in range(world_size)] if loop.declares_divisor else None)
+    normalizer = loop.normalizer(counts) if loop.normalizer is not None else None
+    return dump.document(ranks, world_size=world_size, reducer="sum" if loop.hook == "sum" else "mean", theta=0,
+                         objective=loop.objective, normalizer=normalizer,
+                         description=f"{loop.name}: the loop's exact weights (W = {world_size}, G = {g})", observed=seen)
+
+
+def named_as_expected(loop: Loop, world_size: int, g: int, verdict: Any) -> Optional[str]:
+    """Why ``verdict`` is not what the table says for ``loop`` at (W, G), or None when it is."""
+    if verdict is None:
+        return "normcheck reported nothing on the dump"
+    if verdict.status == "error":
+        return verdict.message
+    want, names = loop.expect(world_size, g)
+    if verdict.verdict != want:
+        return f"verdict {verdict.verdict}, the table says {want}"
+    def given(name: str) -> bool:  # a pattern ("objective×*": any factor on the objective) or a name
+        if "*" in name:
+            return any(fnmatch.fnmatchcase(e, name) for e in verdict.explanations)
+        return name in verdict.explanations
+
+    for alternatives in names:
+        if not any(given(n) for n in alternatives.split("|")):
+            return f"{alternatives} is not among the explanations {verdict.explanations}"
+    if want != "fail" and verdict.explanations:
+        return f"could-hide names reported as failures: {verdict.explanations}"
+    for hidden in loop.could_hide:
+        if hidden not in verdict.could_hide or hidden not in verdict.message:
+            return f"{hidden} should could-hide, could_hide is {verdict.could_hide}"
+    if loop.site_expect is not None:
+        site, named = loop.site_expect
+        found = {entry.name: entry for entry in verdict.sites}
+        if site not in found or not any(n in found[site].diagnosis for n in named.split("|")):
+            return f"site {site} should be named {named}: {[(e.name, e.diagnosis) for e in verdict.sites]}"
+    if want != "pass" and (verdict.weights is None or "weight per token" not in verdict.message):
+        return "a failing per-group verdict shows its weight table"
+    return None

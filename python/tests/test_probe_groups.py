@@ -60,19 +60,45 @@ def test_the_rows_of_the_batch_are_the_sequences_through_the_label_shift(tmp_pat
     assert components(document) == primary and components(document, "witness") == witness
 
 
-def test_inputs_passed_by_name_are_seen_on_torch_2(tmp_path):
-    """Hugging Face calls model(input_ids=…, labels=…): a forward pre-hook with kwargs sees them (torch 2);
-    torch 1.13's hooks see positional inputs only, so the flattened loss is one group there."""
+def test_inputs_passed_by_name_are_seen(tmp_path):
+    """Hugging Face calls model(input_ids=…, labels=…): the rows of the batch are the sequences on both
+    torches (a pre-hook with kwargs on torch 2, the forward shadowed on the instance on torch 1.13)."""
     model = tiny_lm.make_model(torch.float32)
     probe = Probe(model, sites=None)
     tokens, labels = tiny_lm.make_batch([6, 3], seed=2)
     with probe.step():
         model(input_ids=tokens, labels=labels, reduction="sum")[0].backward()
     target = written(probe, tmp_path)["ranks"][0]["targets"]
-    if MODE:
-        assert target == {"sequences": [{"count": 5, "value": 1}, {"count": 2, "value": 1, "padding": 3}]}
-    else:
-        assert target == {"count": 7, "value": 1, "padding": 3}
+    assert target == {"sequences": [{"count": 5, "value": 1}, {"count": 2, "value": 1, "padding": 3}]}
+
+
+def test_the_inputs_hook_leaves_the_model_as_it_was():
+    """remove() leaves no instance forward behind, a deep copy runs its own forward, and a forward the
+    instance already had is kept and restored."""
+    model = tiny_lm.make_model(torch.float32)
+    probe = Probe(model, sites=None)
+    copy = __import__("copy").deepcopy(model)
+    tokens, _ = tiny_lm.make_batch([6, 3], seed=2)
+    with torch.no_grad():
+        for parameter in copy.parameters():
+            parameter.add_(1.0)
+        assert not torch.equal(copy(tokens), model(tokens)), "the copy ran the original's forward"
+    probe.remove()
+    assert "forward" not in model.__dict__
+    own = tiny_lm.make_model(torch.float32)
+    calls = []
+
+    def forward(*args, **kwargs):
+        calls.append(1)
+        return type(own).forward(own, *args, **kwargs)
+
+    own.forward = forward
+    other = Probe(own, sites=None)
+    with torch.no_grad():
+        own(tokens)
+    assert calls == [1]
+    other.remove()
+    assert own.__dict__.get("forward") is forward
 
 
 def packed_batch():

@@ -99,6 +99,25 @@ def test_sites_are_read_and_the_differing_one_is_shown():
     assert "site layers.0: fail, diagnosis objective/G" in verdict.message and "site head" not in verdict.message
 
 
+def test_sites_that_weigh_as_p_does_are_said_once():
+    """A loss normalized wrong makes every site fail with p's table: one line, not each site's diagnosis again;
+    a site whose table differs from p's is still shown in full."""
+    table = {"groups": 3, "rows": rows(3, outside=(0, 1, 2)), "omitted": 0}
+    alike = [{"name": n, "verdict": "fail", "diagnosis": [entry("microbatch_mean")], "weights": table}
+             for n in ("embed", "head")]
+    differing = {"name": "layer", "verdict": "fail", "diagnosis": [entry("objective/G")],
+                 "weights": {"groups": 3, "rows": rows(3, outside=(1,))[::-1], "omitted": 0}}
+    verdict = check._verdict(report("fail", diagnosis=("microbatch_mean", "embed: microbatch_mean",
+                                                      "head: microbatch_mean", "layer: objective/G"),
+                                    weights=table, sites=[alike[0], differing, alike[1]]), True)
+    assert "sites embed, head: the same weights as p" in verdict.message
+    assert "site embed:" not in verdict.message and "embed: microbatch_mean =" not in verdict.message
+    assert "site layer: fail, diagnosis objective/G" in verdict.message
+    assert "layer: objective/G =" in verdict.message
+    assert verdict.explanations == ("microbatch_mean", "embed: microbatch_mean", "head: microbatch_mean",
+                                    "layer: objective/G"), "the names stay the gate's"
+
+
 def test_notes_join_the_message():
     verdict = check._verdict(report("fail", diagnosis=["local_sum"]), True).with_notes(["captured at the reduction"])
     assert verdict.notes == ("captured at the reduction",) and verdict.message.endswith("note: captured at the reduction")

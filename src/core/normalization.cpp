@@ -283,6 +283,14 @@ std::optional<rational> local_coefficient(const objective_units& units, const no
   return coefficient;
 }
 
+std::optional<rational> delivered_unit_weight(const objective_units& units, const normalization& n,
+                                              const group_ref& where) {
+  std::optional<rational> c = n.coefficient(units, where);
+  if (!c) return std::nullopt;
+  *c *= reduction(units, n);
+  return c;
+}
+
 std::optional<std::vector<rational>> delivered_weights(const objective_units& units, const normalization& n) {
   const rational reduced = reduction(units, n);
   std::vector<rational> weights;
