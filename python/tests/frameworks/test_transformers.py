@@ -94,13 +94,15 @@ def variants_step(rank: int, world_size: int, probe: Any, folder: str) -> Dict[s
         results["second_step"] = outcome(callback)
     except Exception as e:
         results["second_step"] = {"error": f"{type(e).__name__}: {e}"}
-    # The probe changes nothing: the same step with and without it updates the model bit for bit.
+    # The probe changes nothing: the same steps with and without it update the model bit for bit.
     try:
         updated: List[Dict[str, torch.Tensor]] = []
         for probed in (False, True):
-            trainer = make_trainer(os.path.join(folder, f"same-{probed}", str(rank)), "default", 2, world_size)
+            # Two steps, the second judged: the first runs with p routed through the output, the second probed.
+            trainer = make_trainer(os.path.join(folder, f"same-{probed}", str(rank)), "default", 2, world_size,
+                                   max_steps=2)
             if probed:
-                attach(trainer, probe=probe(trainer.model))
+                attach(trainer, step=1, probe=probe(trainer.model))
             trainer.train()
             updated.append({k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
         differ = [k for k in updated[0] if not torch.equal(updated[0][k], updated[1][k])]
