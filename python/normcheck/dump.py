@@ -375,7 +375,7 @@ def render(document: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def write_atomically(path: Union[str, os.PathLike], text: Union[str, bytes], pause_mid_write: float = 0.0) -> None:
+def write_atomically(path: Union[str, "os.PathLike[str]"], text: Union[str, bytes], pause_mid_write: float = 0.0) -> None:
     """Writes ``text`` to ``path`` so that ``path`` never holds part of it.
 
     For a regular file or a path that does not exist yet, the text goes to a temporary in the same
@@ -427,7 +427,7 @@ def write_atomically(path: Union[str, os.PathLike], text: Union[str, bytes], pau
         os.close(descriptor)
 
 
-def write(path: Union[str, os.PathLike], document: Mapping[str, Any], pause_mid_write: float = 0.0) -> None:
+def write(path: Union[str, "os.PathLike[str]"], document: Mapping[str, Any], pause_mid_write: float = 0.0) -> None:
     """Renders ``document`` and writes it to ``path`` atomically."""
     write_atomically(path, render(document), pause_mid_write=pause_mid_write)
 
@@ -487,7 +487,7 @@ def build_document(parts: Sequence[Mapping[str, Any]], *, reducer: str, theta: A
                     observed=seen)
 
 
-def dump_update(path: Union[str, os.PathLike], *, microbatches: Sequence[Any], gradient: Any, theta: Any,
+def dump_update(path: Union[str, "os.PathLike[str]"], *, microbatches: Sequence[Any], gradient: Any, theta: Any,
                 dtype: str, reducer: str = "mean", counted_tokens: Optional[int] = None,
                 global_tokens: Optional[int] = None, weights: Optional[Sequence[Any]] = None,
                 counted_mass: Any = None, global_mass: Any = None, description: str = "", dst: int = 0,

@@ -399,3 +399,17 @@ def test_the_loss_and_every_gradient_are_bitwise_unchanged_with_sequences():
     assert torch.equal(probed.detach().view(torch.int32), per_token.detach().view(torch.int32))
     for (name, a), b in zip(probe.named_model_parameters(), plain.parameters()):
         assert torch.equal(a.grad.view(torch.int32), b.grad.view(torch.int32)), name
+
+
+def test_a_gradient_written_after_the_capture_is_named(tmp_path):
+    """Clipping, a scaler or an optimizer that still holds p writes p.grad after the capture: the check says
+    so instead of judging either value (the probe judges what it captured)."""
+    model = tiny_lm.make_model(torch.float32)
+    probe = Probe(model, sites=None)
+    tokens, labels = tiny_lm.make_batch([6, 3], seed=2)
+    with probe.step():
+        model(tokens, labels, reduction="sum")[0].backward()
+    assert probe.captures == ("the end of probe.step()",) and probe.parameter.grad is None
+    probe.parameter.grad = torch.ones_like(probe.parameter)
+    with pytest.raises(ProbeError, match="p.grad was written to after it was captured at the end of probe.step()"):
+        written(probe, tmp_path)
