@@ -26,6 +26,17 @@ std::string value_text(const std::optional<rational>& value) {
 
 constexpr std::string_view no_gate_result =
     "no observed result to judge: --require-gate wants every file to carry what training code produced";
+constexpr std::string_view no_gate_verdict =
+    "the gate judged nothing: the document was rejected (as it expects) before its observed result could be "
+    "judged, and --require-gate wants a verdict on what training code produced for every file, whatever it "
+    "expects";
+
+// Under --require-gate, a file passes only on the gate's own verdict: a rejection it expected is no verdict.
+void require_gate_verdict(file_report& report, std::string_view why) {
+  if (report.status != file_status::pass) return;
+  report.failures.emplace_back(why);
+  report.status = file_status::fail;
+}
 
 std::size_t index_of(strategy s) {
   return static_cast<std::size_t>(std::find(all_strategies.begin(), all_strategies.end(), s) - all_strategies.begin());
@@ -114,7 +125,9 @@ void judge_rejection(file_report& report, const error& e, std::string_view text,
                               (e.truncated() ? " (the document is cut off)" : ""));
 }
 
-file_report check_text(std::string_view text, std::string source, const check_options& options) {
+namespace {
+
+file_report check_by_kind(std::string_view text, std::string source, const check_options& options) {
   const document_kind kind = identify(text, options.limits);
   if (kind == document_kind::scenario) {
     file_report report = check_scenario(text, std::move(source), options);
@@ -132,6 +145,14 @@ file_report check_text(std::string_view text, std::string source, const check_op
     return report;
   }
   return check_partition(text, std::move(source), options);
+}
+
+}  // namespace
+
+file_report check_text(std::string_view text, std::string source, const check_options& options) {
+  file_report report = check_by_kind(text, std::move(source), options);
+  if (options.require_gate && report.rejection) require_gate_verdict(report, no_gate_verdict);
+  return report;
 }
 
 file_report check_path(const std::filesystem::path& path, const check_options& options) {
