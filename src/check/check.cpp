@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <thread>
 #include <system_error>
 #include <unistd.h>
@@ -245,7 +248,26 @@ unsigned available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths) {
+bool is_report_document(const std::filesystem::path& path) {
+  // The format is the first member of every report normcheck writes: the head of the file tells.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat info {};
+  std::string head(4096, '\0');
+  ssize_t n = -1;
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) {
+    do n = ::read(fd, head.data(), head.size());
+    while (n < 0 && errno == EINTR);
+  }
+  ::close(fd);
+  if (n <= 0) return false;
+  head.resize(static_cast<std::size_t>(n));
+  const std::optional<std::string> format = declared_format(head);
+  return format && format->rfind(report_format_family, 0) == 0;
+}
+
+std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths,
+                                                  std::vector<std::filesystem::path>* skipped_reports) {
   namespace fs = std::filesystem;
   std::vector<fs::path> inputs;
   for (const fs::path& path : paths) {
@@ -259,7 +281,11 @@ std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesys
     for (; !ec && it != end; it.increment(ec)) {
       std::error_code type_ec;
       const bool directory = it->is_directory(type_ec);
-      if (it->path().extension() == ".json" && !directory) found.push_back(it->path());
+      if (it->path().extension() == ".json" && !directory) {
+        // A report of an earlier run in the folder is output, not input: set aside, and the caller says so.
+        if (skipped_reports && is_report_document(it->path())) skipped_reports->push_back(it->path());
+        else found.push_back(it->path());
+      }
       // A subdirectory the walk cannot enter is kept, so that its check reports it instead of its
       // files silently missing from the run.
       else if (directory && !it->is_symlink(type_ec) && ::access(it->path().c_str(), R_OK | X_OK) != 0)

@@ -1,5 +1,6 @@
 // A run never passes what it did not judge: under --require-gate a document that names its own rejection
-// gets no pass (a partition with observed values, a scenario).
+// gets no pass (a partition with observed values, a scenario), and the reports of earlier runs found in a
+// folder are set aside, said so, instead of rejecting the folder.
 
 #include "process.hpp"
 
@@ -14,6 +15,7 @@ using hardening::process_result;
 using hardening::run_process;
 
 const std::string normcheck = NORMCHECK_EXECUTABLE;
+const std::string good_case = std::string(NORMCHECK_CASES_DIR) + "/reference/01_global_mean.json";
 const std::string gate_case = std::string(NORMCHECK_CASES_DIR) + "/gate/correct_scaled_sum_float32.json";
 
 process_result check(const std::vector<std::string>& args) {
@@ -66,4 +68,32 @@ TEST_CASE("under --require-gate a scenario that names its own rejection fails") 
   CAPTURE(result.out);
   CHECK(result.status == 1);
   CHECK(result.out.find("the gate judged nothing") != std::string::npos);
+}
+
+TEST_CASE("a folder's reports of earlier runs are skipped, said so, and the folder still checks") {
+  hardening::temporary_directory dir;
+  hardening::write_text(dir / "a.json", hardening::slurp(good_case));
+  // The folder as CI leaves it: a check's --json report, and its --output, written beside the dumps.
+  const process_result first = check({"--json", "--output", dir / "report-output.json", dir / "a.json"});
+  REQUIRE(first.status == 0);
+  hardening::write_text(dir / "report.json", first.out);
+  const process_result again = check({dir.path});
+  CAPTURE(again.out);
+  CAPTURE(again.err);
+  CHECK(again.status == 0);
+  CHECK(again.out.find("1 file: 1 passed") != std::string::npos);
+  CHECK(again.err.find("skipped " + (dir / "report.json")) != std::string::npos);
+  CHECK(again.err.find("skipped " + (dir / "report-output.json")) != std::string::npos);
+  SUBCASE("a report named on the command line is still a file to check, and rejected") {
+    const process_result named = check({dir / "report.json"});
+    CHECK(named.status == 2);
+  }
+  SUBCASE("a folder of reports alone has nothing to check") {
+    hardening::temporary_directory reports;
+    hardening::write_text(reports / "report.json", first.out);
+    const process_result nothing = check({reports.path});
+    CHECK(nothing.status == 2);
+    CHECK(nothing.err.find("usage_error: nothing to check") != std::string::npos);
+    CHECK(nothing.err.find("1 report(s) normcheck wrote") != std::string::npos);
+  }
 }
