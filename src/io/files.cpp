@@ -44,6 +44,21 @@ std::string load_standard_input(const reader_limits& limits) {
   }
 }
 
+// What says that a file is still the one that was opened, with the content that was read: the same inode
+// of the same device, the same size, and neither its content (modification time) nor its inode (change
+// time) touched since.
+file_identity file_identity_of(const struct stat& info) {
+  file_identity id;
+  id.device = static_cast<std::uint64_t>(info.st_dev);
+  id.inode = static_cast<std::uint64_t>(info.st_ino);
+  id.size = static_cast<std::uint64_t>(info.st_size);
+  id.modified_seconds = static_cast<std::int64_t>(info.st_mtim.tv_sec);
+  id.modified_nanoseconds = static_cast<std::int64_t>(info.st_mtim.tv_nsec);
+  id.changed_seconds = static_cast<std::int64_t>(info.st_ctim.tv_sec);
+  id.changed_nanoseconds = static_cast<std::int64_t>(info.st_ctim.tv_nsec);
+  return id;
+}
+
 // Files mapped while they are read. A file that shrinks under its mapping makes reading past its new end
 // raise SIGBUS; the handler maps a page of zeros there instead and marks the mapping, so that the read goes
 // on and ends (the zeros are not JSON) and require_unchanged() reports io_error. A SIGBUS anywhere else
@@ -148,6 +163,7 @@ input_text open_input(const std::filesystem::path& path, const reader_limits& li
   if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
                                            std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
+  input.seen_ = file_identity_of(info);
   input.size_ = static_cast<std::size_t>(info.st_size);
   if (input.size_ > 0 && (input.slot_ = claim_mapping_slot()) >= 0) {
     // Mapped, not copied: the text is the page cache itself, read in at once (MAP_POPULATE).
@@ -192,6 +208,7 @@ input_text& input_text::operator=(input_text&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     fd_ = std::exchange(other.fd_, -1);
     slot_ = std::exchange(other.slot_, -1);
+    seen_ = other.seen_;
   }
   return *this;
 }
@@ -215,8 +232,19 @@ void input_text::require_unchanged() const {
   if (fd_ < 0) return;  // standard input: read to its end
   struct stat info {};
   const bool shrank_under_mapping = slot_ >= 0 && mapping_shrank(slot_);
-  if (shrank_under_mapping || ::fstat(fd_, &info) != 0 || static_cast<std::uint64_t>(info.st_size) != size_)
+  if (shrank_under_mapping || ::fstat(fd_, &info) != 0 || info.st_size != static_cast<off_t>(seen_.size))
     fail_reading(name_, error_code::io_error, "changed size while it was read");
+  const file_identity now = file_identity_of(info);
+  struct stat named {};
+  if (::stat(name_.c_str(), &named) != 0 || static_cast<std::uint64_t>(named.st_dev) != seen_.device ||
+      static_cast<std::uint64_t>(named.st_ino) != seen_.inode)
+    fail_reading(name_, error_code::io_error,
+                 "was replaced (renamed over, or removed) while it was read: its name no longer holds what was read");
+  if (now.modified_seconds != seen_.modified_seconds || now.modified_nanoseconds != seen_.modified_nanoseconds ||
+      now.changed_seconds != seen_.changed_seconds || now.changed_nanoseconds != seen_.changed_nanoseconds)
+    fail_reading(name_, error_code::io_error,
+                 "was modified while it was read (its modification or change time moved): what was read may mix "
+                 "two versions, so it has no verdict");
 }
 
 
