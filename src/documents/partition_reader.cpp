@@ -292,7 +292,7 @@ private:
     if (json_.peek() != json_kind::array)
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
     if (pool_) {
-      const std::optional<std::uint64_t> close = detail::token_array_end(text_, offset);
+      const std::optional<std::uint64_t> close = detail::token_array_end(json_, text_, offset);
       if (close && *close - offset >= parallel_array_bytes) {
         pooled_ticket_ = pool_->add(offset, *close);
         json_.skip_to(*close + 1);

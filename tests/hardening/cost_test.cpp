@@ -1,0 +1,64 @@
+// Inputs of a few MB that once cost seconds to minutes or hundreds of MB, run by the real executable under
+// a time limit of the process (no timed assertion: a run past the limit is killed and fails), with its
+// peak memory checked; and the parallel reader held to the sequential reader's limits.
+
+#include "process.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+using hardening::process_result;
+using hardening::run_process;
+
+#ifdef NORMCHECK_SANITIZED
+constexpr long peak_bound_kib = 1024 * 1024;
+constexpr double time_limit = 300;
+#else
+constexpr long peak_bound_kib = 64 * 1024;
+constexpr double time_limit = 20;
+#endif
+
+const std::string normcheck = NORMCHECK_EXECUTABLE;
+
+process_result run(const std::vector<std::string>& args) {
+  std::vector<std::string> command{normcheck};
+  command.insert(command.end(), args.begin(), args.end());
+  const process_result result = run_process(command, hardening::output_to::file, time_limit);
+  std::printf("%-60s exit %d in %.3f s, peak %ld KiB\n", args.front().c_str(), result.status, result.seconds,
+              result.peak_kib);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("--max-depth holds for token arrays read on worker threads: --jobs 2 rejects what --jobs 1 rejects") {
+  hardening::temporary_directory dir;
+  // Over 1 MiB, so that --jobs 2 reads the large token arrays on workers; the arrays are at depth 4.
+  std::string ranks;
+  for (int r = 0; r < 64; ++r) {
+    std::string targets;
+    for (int t = 0; t < 4000; ++t) targets += (t ? ",\"0x1p-" : "\"0x1p-") + std::to_string(t % 60) + "\"";
+    ranks += (r ? ",{\"targets\": [" : "{\"targets\": [") + targets + "]}";
+  }
+  hardening::write_text(dir / "deep.json", R"({"format": "normcheck/1", "ranks": [)" + ranks + "]}");
+  for (const char* depth : {"3", "4"}) {
+    std::vector<int> statuses;
+    std::vector<std::string> outputs;
+    for (const char* jobs : {"1", "2"}) {
+      const process_result result = run({"check", "--jobs", jobs, "--max-depth", depth, dir / "deep.json"});
+      CHECK_FALSE(result.timed_out);
+      statuses.push_back(result.status);
+      outputs.push_back(result.out);
+    }
+    CAPTURE(depth);
+    CAPTURE(outputs[1]);
+    CHECK(statuses[0] == statuses[1]);
+    CHECK(outputs[0] == outputs[1]);
+    CHECK(statuses[0] == (std::string(depth) == "3" ? 2 : 0));
+  }
+}
