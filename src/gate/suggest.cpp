@@ -146,8 +146,8 @@ void structural_coincidences(const update_counts& counts, suggestion& s) {
 
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective) {
   // Weights exact in every dtype, bfloat16 included; none is 0, so every token counts in the mass.
-  const std::array<rational, 6> weights{rational(1, 4), rational(1, 2), rational(3, 4),
-                                        rational(1),    rational(3, 2), rational(2)};
+  const std::array<rational, 6> weights{fraction(1, 4), fraction(1, 2), fraction(3, 4),
+                                        rational(1),    fraction(3, 2), rational(2)};
   const bool weighted = objective == objective_kind::weighted_token_mean;
   constexpr int attempts = 400;
   constexpr std::uint64_t most_tokens = 4;  // per microbatch

@@ -19,7 +19,7 @@ constexpr int random_configurations = 20000;
 
 // Per-token weights the weighted scopes give each group of tokens (the exposing microbatch, the rest of
 // its rank, the other ranks).
-const std::array<rational, 4> scope_weights{rational(0), rational(1, 2), rational(1), rational(2)};
+const std::array<rational, 4> scope_weights{rational(0), fraction(1, 2), rational(1), rational(2)};
 
 // (M, mᵣ, mₘ): the configuration's masses, or its counts under the token mean.
 std::array<rational, 3> masses_of(const count_configuration& c) {
@@ -259,7 +259,7 @@ private:
       if (c.valid_tokens == 0) c.valid_tokens = c.rank_tokens = c.microbatch_tokens = 1;
       if (weighted_objective_) {
         std::array<rational, 3> weights;
-        for (rational& w : weights) w = rational(random.below(17), 1 + random.below(8));
+        for (rational& w : weights) w = fraction(random.below(17), 1 + random.below(8));
         c = weighted(c, weights);
         if ((*c.masses)[0] == 0) c = weighted(c, {rational(1), rational(1), rational(1)});
       }
