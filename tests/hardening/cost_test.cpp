@@ -34,7 +34,39 @@ process_result run(const std::vector<std::string>& args) {
   return result;
 }
 
+// Every decimal exponent from 10000 down to -10000, once each, as `count` copies of the whole run: about
+// 8 bytes a token.
+std::string every_exponent(std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i)
+    for (int e = 10000; e >= -10000; --e) {
+      if (!out.empty()) out += ',';
+      out += (e % 3 == 0 ? "-7e" : "3e") + std::to_string(e);
+    }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("tokens at every decimal exponent from -10000 to 10000 are summed within the time limit") {
+  hardening::temporary_directory dir;
+  // About 9 MB in one microbatch, then the same split into 64 microbatches.
+  const std::string tokens = every_exponent(54);
+  hardening::write_text(dir / "one.json", R"({"format": "normcheck/1", "ranks": [{"targets": [)" + tokens + "]}]}");
+  std::string split = R"({"format": "normcheck/1", "ranks": [{"microbatches": [)";
+  const std::string run_of_exponents = every_exponent(1);
+  for (int m = 0; m < 54; ++m) split += (m ? ",[" : "[") + run_of_exponents + "]";
+  hardening::write_text(dir / "split.json", split + "]}]}");
+  for (const char* name : {"one.json", "split.json"})
+    for (const char* jobs : {"1", "2"}) {
+      CAPTURE(name);
+      CAPTURE(jobs);
+      const process_result result = run({"check", "--jobs", jobs, dir / name});
+      CHECK_FALSE(result.timed_out);
+      CHECK(result.status == 0);
+      CHECK(result.peak_kib < 10 * 1024 + peak_bound_kib);
+    }
+}
 
 TEST_CASE("--max-depth holds for token arrays read on worker threads: --jobs 2 rejects what --jobs 1 rejects") {
   hardening::temporary_directory dir;
