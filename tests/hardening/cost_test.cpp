@@ -46,6 +46,17 @@ std::string every_exponent(std::size_t count) {
   return out;
 }
 
+std::string counts_file(std::size_t ranks, const std::vector<int>& per_rank) {
+  std::string out = R"({"counts": [)";
+  for (std::size_t r = 0; r < ranks; ++r) {
+    out += r ? ",[" : "[";
+    for (std::size_t m = 0; m < per_rank.size(); ++m)
+      out += (m ? "," : "") + std::to_string(per_rank[m] + static_cast<int>((r * 7 + m * 3) % 13));
+    out += "]";
+  }
+  return out + "]}";
+}
+
 }  // namespace
 
 TEST_CASE("tokens at every decimal exponent from -10000 to 10000 are summed within the time limit") {
@@ -66,6 +77,32 @@ TEST_CASE("tokens at every decimal exponent from -10000 to 10000 are summed with
       CHECK(result.status == 0);
       CHECK(result.peak_kib < 10 * 1024 + peak_bound_kib);
     }
+}
+
+TEST_CASE("suggest --counts stays within the time limit and little memory for thousands of ranks") {
+  hardening::temporary_directory dir;
+  hardening::write_text(dir / "wide.json", counts_file(4096, {40}));
+  hardening::write_text(dir / "accumulating.json", counts_file(512, {30, 20, 25, 35}));
+  for (const char* name : {"wide.json", "accumulating.json"}) {
+    CAPTURE(name);
+    const process_result result = run({"suggest", "--counts", dir / name, "--json"});
+    CAPTURE(result.err);
+    CHECK_FALSE(result.timed_out);
+    CHECK((result.status == 0 || result.status == 1));
+    CHECK(result.out.find("\"partition\"") != std::string::npos);
+    CHECK(result.peak_kib < peak_bound_kib);
+  }
+}
+
+TEST_CASE("suggest --counts refuses more microbatches than it takes, up front") {
+  hardening::temporary_directory dir;
+  hardening::write_text(dir / "too_many.json", counts_file(1024, std::vector<int>(17, 1)));
+  const process_result result = run({"suggest", "--counts", dir / "too_many.json"});
+  CHECK_FALSE(result.timed_out);
+  CHECK(result.status == 2);
+  CHECK(result.out.empty());
+  CHECK(result.err.find("limit_exceeded") != std::string::npos);
+  CHECK(result.err.find("16384 microbatches") != std::string::npos);
 }
 
 TEST_CASE("--max-depth holds for token arrays read on worker threads: --jobs 2 rejects what --jobs 1 rejects") {
