@@ -35,11 +35,17 @@ mode_t kind_of(const std::string& path) {
   return info.st_mode & S_IFMT;
 }
 
-// What a FIFO's reader receives within `seconds`: it opens without waiting for a writer, then reads until
-// the writer, once it came, closes. A writer that never comes gives "" instead of a hang.
-std::string read_fifo(const std::string& path, double seconds) {
+// The reading end of a FIFO, opened without waiting for a writer: opened before the writer starts, as a
+// consumer would, so that the writer always finds a reader however the processes are scheduled.
+int open_fifo_reader(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   REQUIRE(fd >= 0);
+  return fd;
+}
+
+// What the FIFO's reader `fd` receives within `seconds`: it reads until the writer, once it came, closes. A
+// writer that never comes gives "" instead of a hang. Closes `fd`.
+std::string read_fifo(int fd, double seconds) {
   std::string received;
   bool writer_seen = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -131,8 +137,8 @@ TEST_CASE("--output to a FIFO writes the report through to its reader") {
   const std::string fifo = dir / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string received;
-  std::thread reader([&] { received = read_fifo(fifo, 20); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the reader opens first, as a consumer would
+  const int reading_end = open_fifo_reader(fifo);  // before the writer starts: no race with it
+  std::thread reader([&] { received = read_fifo(reading_end, 20); });
   const hardening::process_result result = check_with("--output", fifo);
   reader.join();
   CHECK(result.status == 0);
