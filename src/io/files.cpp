@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <utility>
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -277,9 +278,24 @@ struct output_target {
   bool write_through = false;
 };
 
+// Whether `path` is an entry of a process's descriptor table: its folder is /proc/PID/fd or
+// /proc/PID/task/TID/fd once resolved (/dev/fd and /proc/self/fd are links to one).
+bool names_open_descriptor(const std::filesystem::path& path) {
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  char resolved[PATH_MAX];
+  if (::realpath(folder.c_str(), resolved) == nullptr) return false;
+  const std::string_view text = resolved;
+  if (text.rfind("/proc/", 0) != 0 || text.size() < 4 || text.substr(text.size() - 3) != "/fd") return false;
+  // /proc/PID/fd or /proc/PID/task/TID/fd: two or four parts between /proc and fd.
+  const std::string_view middle = text.substr(6, text.size() - 6 - 3);
+  const auto parts = static_cast<std::size_t>(std::count(middle.begin(), middle.end(), '/')) + 1;
+  return !middle.empty() && (parts == 1 || (parts == 3 && middle.find("/task/") != std::string_view::npos));
+}
+
 output_target resolve_output(const std::string& path) {
   std::filesystem::path current = path;
   for (int hops = 0; hops <= 40; ++hops) {
+    if (names_open_descriptor(current)) return {current.string(), true};
     struct stat link {};
     if (::lstat(current.c_str(), &link) != 0) {
       if (errno == ENOENT) return {current.string(), false};  // created, beside its missing name

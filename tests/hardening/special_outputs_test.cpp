@@ -197,3 +197,14 @@ TEST_CASE("SIGTERM or SIGINT during a write removes the temporary file") {
     CHECK_FALSE(fs::exists(temporary));
   }
 }
+
+TEST_CASE("--output naming a descriptor (/dev/fd/1, /proc/self/fd/1) writes through it, as /dev/stdout does") {
+  for (const char* descriptor : {"/dev/fd/1", "/proc/self/fd/1", "/dev/stdout"}) {
+    CAPTURE(descriptor);
+    const hardening::process_result result = check_with("--output", descriptor);
+    CAPTURE(result.err);
+    CHECK(result.status == 0);
+    CHECK(result.out.find("9 files: 9 passed") != std::string::npos);  // the text report was not replaced
+    CHECK(result.out.find("{\"format\": \"normcheck-report/1\"") != std::string::npos);
+  }
+}
