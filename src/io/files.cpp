@@ -10,6 +10,7 @@
 #include <utility>
 #include <cerrno>
 #include <climits>
+#include <ctime>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -341,11 +342,35 @@ void write_through(const std::string& path, std::string_view content) {
   if (::close(fd) != 0) fail_writing(path, "cannot write", errno);
 }
 
+// A new file beside `target` for its replacement, created with `mode` (the umask applies), and its name.
+int create_temporary(const std::string& shown, const std::string& target, mode_t mode, std::string& temporary) {
+  static std::atomic<std::uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    struct timespec now {};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    const std::uint64_t salt = (static_cast<std::uint64_t>(now.tv_nsec) << 20) ^ static_cast<std::uint64_t>(::getpid()) ^
+                               (counter++ << 40);
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".tmp.%012llx", static_cast<unsigned long long>(salt & 0xFFFFFFFFFFFFull));
+    temporary = target + suffix;
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd >= 0 || errno != EEXIST) {
+      if (fd < 0) fail_writing(shown, "cannot create a temporary file beside it", errno);
+      return fd;
+    }
+  }
+  fail_writing(shown, "cannot create a temporary file beside it", EEXIST);
+}
+
 // Writes a temporary file beside `target`, flushes it, renames it over `target` and flushes the directory.
+// The new file takes the permissions of the file it replaces, or those a new file gets (0666 less the
+// umask) when there is none.
 void replace_atomically(const std::string& shown, const std::string& target, std::string_view content) {
-  std::string temporary = target + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) fail_writing(shown, "cannot create a temporary file beside it", errno);
+  struct stat replaced {};
+  const bool replacing = ::stat(target.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode);
+  std::string temporary;
+  // Created with no more permissions than the replaced file has, so that its content is never more exposed.
+  const int fd = create_temporary(shown, target, replacing ? (replaced.st_mode & 0666) : 0666, temporary);
   const temporary_file_guard guard(temporary);
   auto abandon = [&](const std::string& what) {
     const int cause = errno;
@@ -360,7 +385,8 @@ void replace_atomically(const std::string& shown, const std::string& target, std
     if (n < 0) abandon("cannot write");
     written += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::fchmod(fd, 0644) != 0) abandon("cannot flush");
+  if (replacing && ::fchmod(fd, replaced.st_mode & 07777) != 0) abandon("cannot give it the replaced file's permissions");
+  if (::fsync(fd) != 0) abandon("cannot flush");
   ::close(fd);
   if (std::rename(temporary.c_str(), target.c_str()) != 0) {
     const int cause = errno;

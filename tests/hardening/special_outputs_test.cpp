@@ -208,3 +208,41 @@ TEST_CASE("--output naming a descriptor (/dev/fd/1, /proc/self/fd/1) writes thro
     CHECK(result.out.find("{\"format\": \"normcheck-report/1\"") != std::string::npos);
   }
 }
+
+namespace {
+
+mode_t permissions_of(const std::string& path) {
+  struct stat info {};
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  return info.st_mode & 07777;
+}
+
+}  // namespace
+
+TEST_CASE("a replaced report keeps the replaced file's permissions, a new one takes the umask's") {
+  hardening::temporary_directory dir;
+  SUBCASE("replacing a private file keeps it private") {
+    hardening::write_text(dir / "private.json", "old");
+    REQUIRE(::chmod((dir / "private.json").c_str(), 0600) == 0);
+    CHECK(check_with("--output", dir / "private.json").status == 0);
+    CHECK(permissions_of(dir / "private.json") == 0600);
+    CHECK(hardening::slurp(dir / "private.json").rfind("{\"format\"", 0) == 0);
+  }
+  SUBCASE("replacing a group-writable file keeps it so") {
+    hardening::write_text(dir / "shared.xml", "old");
+    REQUIRE(::chmod((dir / "shared.xml").c_str(), 0664) == 0);
+    CHECK(check_with("--junit", dir / "shared.xml").status == 0);
+    CHECK(permissions_of(dir / "shared.xml") == 0664);
+  }
+  SUBCASE("a new file honours the umask") {
+    const mode_t previous = ::umask(077);
+    const hardening::process_result result = check_with("--output", dir / "new.json");
+    ::umask(previous);
+    CHECK(result.status == 0);
+    CHECK(permissions_of(dir / "new.json") == 0600);
+    const mode_t open_umask = ::umask(002);
+    CHECK(check_with("--output", dir / "newer.json").status == 0);
+    ::umask(open_umask);
+    CHECK(permissions_of(dir / "newer.json") == 0664);
+  }
+}
