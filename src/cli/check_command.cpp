@@ -38,6 +38,8 @@ outcome run_check(const check_command_options& options) {
                 reports_found.empty() ? std::string("nothing to check: the directories given hold no *.json file")
                                       : "nothing to check: the directories given hold no *.json file but " +
                                             std::to_string(reports_found.size()) + " report(s) normcheck wrote");
+  refuse_output_over_inputs("--output", options.output, inputs);
+  refuse_output_over_inputs("--junit", options.junit, inputs);
   const std::vector<file_report> reports =
       check_paths(inputs, options.checking, options.jobs, [&](const file_report& report) {
         if (!options.json) print_text(std::cout, report);

@@ -1,6 +1,7 @@
 #include "normcheck/io/files.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -423,6 +424,21 @@ temporary_file_guard::~temporary_file_guard() {
   guarding = 0;
   ::sigaction(SIGTERM, &previous_terminate, nullptr);
   ::sigaction(SIGINT, &previous_interrupt, nullptr);
+}
+
+void refuse_output_over_inputs(std::string_view option, const std::filesystem::path& output,
+                               const std::vector<std::filesystem::path>& inputs) {
+  struct stat written {};
+  if (output.empty() || ::stat(output.c_str(), &written) != 0 || !S_ISREG(written.st_mode)) return;
+  for (const std::filesystem::path& input : inputs) {
+    struct stat read {};
+    if (input == "-" || ::stat(input.c_str(), &read) != 0) continue;
+    if (read.st_dev == written.st_dev && read.st_ino == written.st_ino)
+      throw error(error_code::usage_error,
+                  std::string(option) + " names " + escaped_name(output.string()) + ", which is also an input (" +
+                      escaped_name(input.string()) +
+                      "): the report would replace the document it is about; name another file");
+  }
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {

@@ -246,3 +246,34 @@ TEST_CASE("a replaced report keeps the replaced file's permissions, a new one ta
     CHECK(permissions_of(dir / "newer.json") == 0664);
   }
 }
+
+TEST_CASE("an output that names one of the inputs is refused, and the input left as it was") {
+  hardening::temporary_directory dir;
+  const std::string input = dir / "dump.json";
+  const std::string content = hardening::slurp(reference_cases + "/01_global_mean.json");
+  hardening::write_text(input, content);
+  fs::create_symlink("dump.json", dir / "link.json");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"check", "--output", input, input},
+        std::vector<std::string>{"check", "--junit", dir / "link.json", input},
+        std::vector<std::string>{"check", "--output", input, dir.path}}) {
+    const hardening::process_result result = hardening::run_process(
+        [&] {
+          std::vector<std::string> command{NORMCHECK_EXECUTABLE};
+          command.insert(command.end(), args.begin(), args.end());
+          return command;
+        }());
+    CAPTURE(result.err);
+    CHECK(result.status == 2);
+    CHECK(result.err.find("usage_error") != std::string::npos);
+    CHECK(result.err.find("which is also an input") != std::string::npos);
+    CHECK(hardening::slurp(input) == content);
+  }
+  SUBCASE("suggest --counts with -o onto the counts file") {
+    hardening::write_text(dir / "counts.json", R"({"counts": [[3, 1], [2]]})");
+    const hardening::process_result result =
+        hardening::run_process({NORMCHECK_EXECUTABLE, "suggest", "--counts", dir / "counts.json", "-o", dir / "counts.json"});
+    CHECK(result.status == 2);
+    CHECK(hardening::slurp(dir / "counts.json") == R"({"counts": [[3, 1], [2]]})");
+  }
+}

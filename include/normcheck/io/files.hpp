@@ -78,6 +78,12 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
 /// block device is an `io_error`, and so is any failure, naming the path; an empty path is `usage_error`.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
+/// Throws `error(usage_error)` when `output` (the value of `option`, e.g. "--output") is the same file as one
+/// of `inputs`, links followed: a report written there would replace a document it is about. An output
+/// that does not exist yet, or is not a regular file (/dev/stdout), names no input.
+void refuse_output_over_inputs(std::string_view option, const std::filesystem::path& output,
+                               const std::vector<std::filesystem::path>& inputs);
+
 /// While it lives, SIGTERM and SIGINT first remove the file at `path`, then end the process as they would
 /// have. One guard at a time; the previous handlers come back when it ends.
 class temporary_file_guard {
