@@ -30,21 +30,26 @@ namespace {
   throw error(code, why, where);
 }
 
-// Standard input, read to its end within the size limit (it may be a pipe, a terminal or a file).
-std::string load_standard_input(const reader_limits& limits) {
+// A descriptor read to its end within the size limit: standard input (a pipe, a terminal or a file), or a
+// regular file whose size says nothing (/proc and /sys report 0 for files that hold text).
+std::string read_to_end(int fd, const std::string& name, const reader_limits& limits) {
   std::string text;
   char buffer[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(0, buffer, sizeof buffer);
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail_reading(std::string(standard_input_name), error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
+    if (n < 0) fail_reading(name, error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
     if (n == 0) return text;
     if (text.size() + static_cast<std::size_t>(n) > limits.max_file_size)
-      fail_reading(std::string(standard_input_name), error_code::limit_exceeded,
-             "holds more than the limit of " + std::to_string(limits.max_file_size) +
-                 " bytes (--max-file-size raises it)");
+      fail_reading(name, error_code::limit_exceeded,
+                   "holds more than the limit of " + std::to_string(limits.max_file_size) +
+                       " bytes (--max-file-size raises it)");
     text.append(buffer, static_cast<std::size_t>(n));
   }
+}
+
+std::string load_standard_input(const reader_limits& limits) {
+  return read_to_end(0, std::string(standard_input_name), limits);
 }
 
 // What says that a file is still the one that was opened, with the content that was read: the same inode
@@ -167,8 +172,14 @@ input_text open_input(const std::filesystem::path& path, const reader_limits& li
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
                                            std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
   input.seen_ = file_identity_of(info);
+  if (info.st_size == 0) {
+    // Empty, or a file that does not know its size (/proc, /sys): read to its end within the limit.
+    input.owned_ = read_to_end(fd, name, limits);
+    input.size_ = input.owned_.size();
+    return input;
+  }
   input.size_ = static_cast<std::size_t>(info.st_size);
-  if (input.size_ > 0 && (input.slot_ = claim_mapping_slot()) >= 0) {
+  if ((input.slot_ = claim_mapping_slot()) >= 0) {
     // Mapped, not copied: the text is the page cache itself, read in at once (MAP_POPULATE).
     void* mapped = ::mmap(nullptr, input.size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (mapped != MAP_FAILED) {
@@ -179,7 +190,7 @@ input_text open_input(const std::filesystem::path& path, const reader_limits& li
     release_mapping_slot(input.slot_);
     input.slot_ = -1;
   }
-  // Not mapped (an empty file, no free slot, a file system without mmap): read into memory.
+  // Not mapped (no free slot, a file system without mmap): read into memory.
   input.owned_.resize(input.size_);
   std::size_t filled = 0;
   while (filled < input.owned_.size()) {

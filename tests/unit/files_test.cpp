@@ -181,3 +181,12 @@ TEST_CASE("a file replaced by a rename while it is read is reported replaced") {
   // The descriptor still reads the old inode, which no name holds now: its link count and change time moved.
   CHECK(rejection_of(input).rfind("io_error: ", 0) == 0);
 }
+
+TEST_CASE("a file that says it is empty but holds text (/proc, /sys) is read to its end") {
+  REQUIRE(std::filesystem::file_size("/proc/self/status") == 0);
+  const std::string status = normcheck::load_file("/proc/self/status");
+  CHECK(status.find("Pid:") != std::string::npos);
+  reader_limits limits;
+  limits.max_file_size = 16;
+  CHECK_THROWS_AS(normcheck::load_file("/proc/self/status", limits), normcheck::error);
+}
