@@ -124,8 +124,11 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
       observed.global_tokens = in.integer("observed.tokens.global", 0, most);
     } else if (key == "per_rank") {
       if (in.peek() != json_kind::array) in.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
+      const std::uint64_t list_offset = in.value_offset();
       in.begin_array();
       while (in.next_element()) observed.rank_tokens.push_back(in.integer("each per-rank count", 0, most));
+      if (observed.rank_tokens.empty())
+        in.fail(error_code::schema_error, "observed.tokens.per_rank must list every rank's count", list_offset);
     } else if (key == "divided_by") {
       if (in.peek() != json_kind::array)
         in.fail_type("observed.tokens.divided_by", "an array with one divisor per rank (a number, or one per microbatch)");
@@ -140,6 +143,8 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
         in.begin_array();
         while (in.next_element()) divisors.push_back(in.non_negative("each microbatch's divisor"));
       }
+      if (observed.divided_by.empty())
+        in.fail(error_code::schema_error, "observed.tokens.divided_by must list every rank's divisor", divided_by_offset_);
     } else {
       in.fail_unknown_key(key, "in observed.tokens (it has global, per_rank and divided_by)");
     }
