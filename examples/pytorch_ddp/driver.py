@@ -4,16 +4,16 @@
     python3 driver.py --normcheck build/normcheck --out ddp-out
     normcheck check ddp-out/dumps
 
-For each world size W and dtype, the driver starts W real processes (torch.multiprocessing, gloo on
-loopback, a free port chosen at run time) that form one process group and run every planned update
-in it, one after another: each builds a fresh one-parameter model and its DDP wrapper, runs the
-variant (see variants.py), dumps what it saw and produced as a normcheck/1 file (rank 0 gathers and
-writes atomically) and takes the optimizer step. Partitions: those `normcheck suggest` designs for W
-and the dtype, and the seed example [[0], [2, 2, 2]] at θ = 0 (for W = 2).
+For each world size W and dtype, the driver starts W real processes (normcheck.launch: forked with
+torch.multiprocessing, gloo on loopback, meeting in a FileStore) that form one process group and run
+every planned update in it, one after another: each builds a fresh one-parameter model and its DDP
+wrapper, runs the variant (see variants.py), dumps what it saw and produced as a normcheck/1 file (rank
+0 gathers and writes atomically) and takes the optimizer step. Partitions: those `normcheck suggest`
+designs for W and the dtype, and the seed example [[0], [2, 2, 2]] at θ = 0 (for W = 2).
 
-Every launch has a time limit: when it passes, the driver kills the launch's workers and reports the
-launch as failed. Workers end themselves when the driver dies, and leave through os._exit once their
-output is flushed (torch 1.13's gloo can hang in interpreter teardown).
+Every launch has a time limit: when it passes, the launcher kills the launch's workers and the driver
+reports the launch as failed. Workers end themselves when the driver dies, and leave through os._exit
+once their output is flushed (torch 1.13's gloo can hang in interpreter teardown).
 
 Files: OUT/inputs/ the suggested partitions, OUT/dumps/ one normcheck/1 file per update,
 OUT/manifest.jsonl one line per launch and per dump.
@@ -23,17 +23,13 @@ error), 2 a wrong command line or input, 3 torch (with gloo) cannot be imported 
 """
 
 import argparse
-import datetime
 import fractions
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # variants.py
@@ -42,7 +38,8 @@ CHECKOUT_PACKAGE = os.path.normpath(os.path.join(HERE, "..", "..", "python"))
 if os.path.isdir(os.path.join(CHECKOUT_PACKAGE, "normcheck")):
     sys.path.insert(0, CHECKOUT_PACKAGE)
 from normcheck import dump  # noqa: E402 (standard library only at import)
-from normcheck.launch import exit_process  # noqa: E402
+from normcheck.launch import LaunchError  # noqa: E402
+from normcheck.launch import launch as launch_ranks  # noqa: E402
 
 TORCH_UNAVAILABLE = 3
 DTYPES = ("float32", "float64")
@@ -169,128 +166,63 @@ def plan(world_size, dtype, variant_names, sources, normcheck, folders):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Workers
+# Launches (normcheck.launch: W forked ranks meeting in a FileStore, a time limit, hung ranks killed)
 
-def watch_driver(driver_pid):
-    """Ends this worker when the driver is gone (the worker is then re-parented)."""
-    while True:
-        if os.getppid() != driver_pid:
-            os._exit(4)
-        time.sleep(0.1)
+def run_jobs(rank, world_size, probe, dtype_name, jobs, settings):
+    """One rank: runs every job of the launch in its process group, one after another."""
+    import torch
+    import torch.distributed as dist
+    import variants
 
-
-def worker(rank, world_size, port, dtype_name, jobs, settings, driver_pid):
-    """One rank: joins the group and runs every job of the launch, then leaves through os._exit."""
-    # A forked worker inherits the driver's handlers, which kill workers: restore the defaults.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    threading.Thread(target=watch_driver, args=(driver_pid,), daemon=True).start()
-    status = 0
-    try:
-        import torch
-        import torch.distributed as dist
-        import variants
-
-        torch.set_num_threads(1)
-        dtype = {"float32": torch.float32, "float64": torch.float64}[dtype_name]
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=settings["collective_timeout"]))
-        side_group = dist.new_group(backend="gloo") if any(j["variant"] == "hang" for j in jobs) else None
-        for job in jobs:
-            weights = None if job["weights"] is None else job["weights"][rank]
-            batch, gradient, theta, outcome = variants.one_update(
-                job["variant"], job["ranks"][rank], job["theta"], dtype, world_size, side_group, weights=weights)
-            description = (f"PyTorch {torch.__version__} DistributedDataParallel on gloo, W = {world_size}, "
-                           f"{dtype_name}, partition {job['partition']}: {variants.DESCRIPTIONS[job['variant']]}")
-            dump.dump_update(
-                job["path"], microbatches=batch, gradient=gradient, theta=theta, dtype=dtype_name,
-                reducer=outcome["reducer"], counted_tokens=outcome["counted_tokens"],
-                global_tokens=outcome["global_tokens"], weights=None if weights is None else variants.make_weights(weights, dtype),
-                counted_mass=outcome["counted_mass"], global_mass=outcome["global_mass"], description=description,
-                pause_mid_write=settings["pause_mid_write"])
-            if rank == 0:
-                print(f"  wrote {job['path']}", flush=True)
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    exit_process(status)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Launches
-
-def free_port():
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-running = []  # the workers of the current launch, for the signal handler
-
-
-def kill_workers(processes):
-    """SIGKILL every worker that still runs; returns the ranks that were killed."""
-    killed = []
-    for rank, process in enumerate(processes):
-        if process.exitcode is None:
-            process.kill()
-            killed.append(rank)
-    for process in processes:
-        process.join(5)
-    return killed
+    dtype = {"float32": torch.float32, "float64": torch.float64}[dtype_name]
+    side_group = dist.new_group(backend="gloo") if any(j["variant"] == "hang" for j in jobs) else None
+    for job in jobs:
+        weights = None if job["weights"] is None else job["weights"][rank]
+        batch, gradient, theta, outcome = variants.one_update(
+            job["variant"], job["ranks"][rank], job["theta"], dtype, world_size, side_group, weights=weights)
+        description = (f"PyTorch {torch.__version__} DistributedDataParallel on gloo, W = {world_size}, "
+                       f"{dtype_name}, partition {job['partition']}: {variants.DESCRIPTIONS[job['variant']]}")
+        dump.dump_update(
+            job["path"], microbatches=batch, gradient=gradient, theta=theta, dtype=dtype_name,
+            reducer=outcome["reducer"], counted_tokens=outcome["counted_tokens"],
+            global_tokens=outcome["global_tokens"], weights=None if weights is None else variants.make_weights(weights, dtype),
+            counted_mass=outcome["counted_mass"], global_mass=outcome["global_mass"], description=description,
+            pause_mid_write=settings["pause_mid_write"])
+        if rank == 0:
+            print(f"  wrote {job['path']}", flush=True)
+    dist.barrier()
+    return len(jobs)
 
 
 def on_signal(number, frame):
-    kill_workers(running)
+    # Leaving through an exception lets normcheck.launch kill the workers on its way out.
     print(f"driver: interrupted by signal {number}: workers killed", file=sys.stderr, flush=True)
-    os._exit(128 + number)
+    raise SystemExit(128 + number)
 
 
-def launch(torch, world_size, dtype, jobs, settings):
+def launch(world_size, dtype, jobs, settings):
     """Runs the jobs in one process group of `world_size` workers. Returns the launch record."""
-    from multiprocessing.connection import wait
-
-    context = torch.multiprocessing.get_context(settings["start_method"])
-    port = free_port()
-    args = (world_size, port, dtype, jobs, settings, os.getpid())
-    processes = [context.Process(target=worker, args=(rank,) + args, name=f"ddp-rank-{rank}")
-                 for rank in range(world_size)]
     for path in (job["path"] for job in jobs):
         if os.path.exists(path):
             os.unlink(path)  # a file from an earlier run must not pass for this run's
+
+    def started(pids):
+        print(f"launch W={world_size} {dtype}: {len(jobs)} updates, workers {' '.join(map(str, pids))}", flush=True)
+
     start = time.monotonic()
-    for process in processes:
-        process.start()
-        running.append(process)
-    print(f"launch W={world_size} {dtype}: {len(jobs)} updates on port {port}, workers "
-          f"{' '.join(str(p.pid) for p in processes)}", flush=True)
-    deadline = start + settings["timeout"]
     status, message = "ok", ""
-    while True:
-        codes = [p.exitcode for p in processes]
-        if all(code is not None for code in codes):
-            failed = [f"rank {r} exited with {code}" for r, code in enumerate(codes) if code != 0]
-            if failed:
-                status, message = "failed", "; ".join(failed)
-            break
-        if any(code not in (None, 0) for code in codes):
-            early = [f"rank {r} exited with {code}" for r, code in enumerate(codes) if code not in (None, 0)]
-            killed = kill_workers(processes)
-            status = "failed"
-            message = "; ".join(early) + f"; killed ranks {' '.join(map(str, killed))} waiting for it"
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            killed = kill_workers(processes)
+    try:
+        launch_ranks(run_jobs, world_size, args=(dtype, jobs, settings), timeout=settings["timeout"],
+                     start_method=settings["start_method"], threads=1, started=started)
+    except LaunchError as e:
+        if e.timed_out:
             status = "timeout"
-            message = (f"time limit of {settings['timeout']:g} s reached: killed ranks "
-                       f"{' '.join(map(str, killed))} (pids {' '.join(str(processes[r].pid) for r in killed)})")
-            break
-        wait([p.sentinel for p in processes if p.exitcode is None], timeout=min(remaining, 0.5))
+            message = (f"time limit of {settings['timeout']:g} s reached: killed ranks {' '.join(map(str, e.killed))} "
+                       f"(pids {' '.join(str(e.pids[r]) for r in e.killed)})")
+        else:
+            status = "failed"
+            message = str(e)
     seconds = time.monotonic() - start
-    running.clear()
     missing = [job["path"] for job in jobs if not os.path.exists(job["path"])]
     if status == "ok" and missing:
         status, message = "failed", f"{len(missing)} dumps not written, first {missing[0]}"
@@ -298,7 +230,7 @@ def launch(torch, world_size, dtype, jobs, settings):
     print(f"launch W={world_size} {dtype}: {verdict} in {seconds:.2f} s" + (f": {message}" if message else ""),
           flush=True)
     return {"kind": "launch", "world_size": world_size, "dtype": dtype, "updates": len(jobs),
-            "seconds": round(seconds, 3), "status": status, "message": message}
+            "seconds": round(seconds, 3), "status": status, "message": message.splitlines()[0] if message else ""}
 
 
 def parse_arguments(argv):
@@ -354,7 +286,7 @@ def main(argv=None):
             jobs = plan(world_size, dtype, names, sources, options.normcheck, folders)
             if not jobs:
                 continue
-            record = launch(torch, world_size, dtype, jobs, settings)
+            record = launch(world_size, dtype, jobs, settings)
             records.append(record)
             for job in jobs:
                 if os.path.exists(job["path"]):

@@ -1,19 +1,28 @@
 """Start W ranks on this machine, run a step function on each, and bring back what they returned.
 
 ``launch(step, world_size)`` forks (or spawns) W processes with ``torch.multiprocessing``, joins them in
-one process group through ``env://`` on loopback (a free port, tried again with another when it was
-taken meanwhile), and calls ``step(rank, world_size, probe)`` on each, where ``probe(model)`` attaches
-a ``normcheck.torch.Probe`` configured for this launch. Every launch has a time limit: a rank that
-hangs (in a collective another rank never joins) is killed and the launch fails instead of hanging.
-Workers leave through ``os._exit`` once their result is written and their output flushed: gloo can
-hang in interpreter teardown.
+one process group through a FileStore in the launch's own temporary folder (no TCP port is chosen, so
+no other program can take it meanwhile; gloo's own connections bind ports the system assigns), and
+calls ``step(rank, world_size, probe)`` on each, where ``probe(model)`` attaches a
+``normcheck.torch.Probe`` configured for this launch and ``probe.replicas(model, optimizer, scheduler)``
+asks for the replicas to be compared (``normcheck.replicas``) when the step returns. Every launch has a
+time limit: a rank that hangs (in a collective another rank never joins) is killed and the launch
+fails instead of hanging. Workers leave through ``os._exit`` once their result is written and their
+output flushed: gloo can hang in interpreter teardown.
 
-A ``NormcheckFailure`` raised by the step (by ``probe.check()``) is raised again here with its
-diagnosis; any other exception on a rank becomes a ``LaunchError`` that carries every rank's traceback.
+With ``collectives=True`` every rank records its collective calls (``normcheck.collectives``) and
+``normcheck collectives`` checks the traces when the launch ends, also when its time limit ended a hung
+rank: a rank that skipped a collective is then reported as ``CollectiveMismatch`` naming the call, its
+shape and the program's line, not only as a time-out.
+
+A ``NormcheckFailure`` raised by the step (by ``probe.check()``) or a ``ReplicaDivergence`` is raised
+again here with its diagnosis; any other exception on a rank becomes a ``LaunchError`` that carries
+every rank's traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
@@ -25,15 +34,39 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from .check import NormcheckFailure
-
-__all__ = ["launch", "LaunchError", "ProbeFactory", "free_port", "exit_process"]
+__all__ = ["launch", "launch_result", "LaunchResult", "LaunchError", "ProbeFactory", "free_port", "exit_process"]
 
 
 class LaunchError(RuntimeError):
     """A launch that did not complete: a rank raised, crashed, or passed the time limit."""
+
+    def __init__(self, message: str, *, timed_out: bool = False, killed: Sequence[int] = (),
+                 seconds: float = 0.0, pids: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+        """True when the time limit ended the launch."""
+        self.killed: Tuple[int, ...] = tuple(killed)
+        """The ranks that were still running and were killed."""
+        self.seconds = seconds
+        self.pids: Tuple[int, ...] = tuple(pids)
+        """The workers' process ids, in rank order."""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What a launch brought back: every rank's value and the evidence the launch judged."""
+
+    values: List[Any]
+    """The step's return value, in rank order."""
+    replicas: List[List[Any]] = field(default_factory=list)
+    """Per rank, the ``ReplicaSummary`` of each ``probe.replicas(...)`` compared after the step."""
+    collectives: Optional[Any] = None
+    """The ``CollectiveVerdict`` on the traces, with ``collectives=True``."""
+    seconds: float = 0.0
+    pids: Tuple[int, ...] = ()
 
 
 class ProbeFactory:
@@ -44,6 +77,8 @@ class ProbeFactory:
         self.world_size = world_size
         self.executable = executable
         self.directory = directory
+        self.replica_sets: List[Tuple[Any, Any, Any, Dict[str, Any]]] = []
+        """What ``replicas`` registered: compared with ``check_replicas`` after the step returns."""
 
     def __call__(self, module: Any, **options: Any) -> Any:
         """A ``normcheck.torch.Probe`` on ``module`` that writes its dumps into this launch's folder."""
@@ -52,6 +87,10 @@ class ProbeFactory:
         options.setdefault("executable", self.executable)
         options.setdefault("directory", self.directory)
         return Probe(module, **options)
+
+    def replicas(self, model: Any, optimizer: Any = None, scheduler: Any = None, **options: Any) -> None:
+        """Asks for ``check_replicas(model, optimizer, scheduler, **options)`` on every rank once the step returns."""
+        self.replica_sets.append((model, optimizer, scheduler, options))
 
 
 def exit_process(status: int) -> NoReturn:
@@ -66,7 +105,8 @@ def exit_process(status: int) -> NoReturn:
 
 
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
+    """A TCP port on loopback that nothing listens on right now (another program may take it before it is
+    bound; the launcher itself needs none)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -93,7 +133,12 @@ def _write_result(folder: str, rank: int, outcome: Dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _worker(rank: int, world_size: int, port: int, step: Callable[..., Any], args: Sequence[Any],
+def _is_verdict(e: BaseException) -> bool:
+    """normcheck's own assertions (a failed gate, diverged replicas, mismatched collectives)."""
+    return isinstance(e, AssertionError) and type(e).__module__.startswith("normcheck.")
+
+
+def _worker(rank: int, world_size: int, store: str, step: Callable[..., Any], args: Sequence[Any],
             settings: Dict[str, Any], folder: str, parent: int) -> None:
     """One rank: joins the group, runs the step, writes its outcome, leaves through os._exit."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -102,27 +147,42 @@ def _worker(rank: int, world_size: int, port: int, step: Callable[..., Any], arg
     status = 0
     joined = False
     try:
-        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                           "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                            "LOCAL_WORLD_SIZE": str(world_size)})
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         import torch
         import torch.distributed as dist
 
         torch.set_num_threads(settings["threads"])
-        dist.init_process_group(settings["backend"], init_method="env://", rank=rank, world_size=world_size,
+        dist.init_process_group(settings["backend"], init_method="file://" + store, rank=rank,
+                                world_size=world_size,
                                 timeout=datetime.timedelta(seconds=settings["collective_timeout"]))
         joined = True
         factory = ProbeFactory(rank, world_size, settings["executable"], settings["directory"])
-        value = step(rank, world_size, factory, *args)
-        outcome: Dict[str, Any] = {"kind": "ok", "value": value}
-    except NormcheckFailure as e:
-        outcome = {"kind": "failure", "failure": e}
+        with contextlib.ExitStack() as recording:
+            if settings["traces"] is not None:
+                from .collectives import record_collectives
+
+                recording.enter_context(record_collectives(settings["traces"]))
+            value = step(rank, world_size, factory, *args)
+            if settings["replicas"] and not factory.replica_sets:
+                raise ValueError("replicas=True, but the step gave no model to compare: call "
+                                 "probe.replicas(model, optimizer, scheduler) in the step")
+            summaries = []
+            if factory.replica_sets:
+                from .replicas import check_replicas
+
+                for model, optimizer, scheduler, options in factory.replica_sets:
+                    summaries.append(check_replicas(model, optimizer, scheduler, **options))
+        outcome: Dict[str, Any] = {"kind": "ok", "value": value, "replicas": summaries}
     except BaseException as e:
-        status = 1
-        # A group that could not form (the port taken between choosing and binding it, a connection
-        # reset while the ranks meet) is worth another attempt on another port; a step that failed is not.
-        outcome = {"kind": "error", "text": traceback.format_exc(), "retry": not joined}
+        if _is_verdict(e):
+            outcome = {"kind": "failure", "failure": e}
+        else:
+            status = 1
+            # A group that could not form (a connection reset while the ranks meet) is worth another
+            # attempt in a fresh folder; a step that failed is not.
+            outcome = {"kind": "error", "text": traceback.format_exc(), "retry": not joined}
     try:
         _write_result(folder, rank, outcome)
     except BaseException:
@@ -144,26 +204,30 @@ def _kill(processes: List[Any]) -> List[int]:
 
 
 def _attempt(context: Any, step: Callable[..., Any], world_size: int, args: Sequence[Any],
-             settings: Dict[str, Any], timeout: float, folder: str) -> Dict[str, Any]:
+             settings: Dict[str, Any], timeout: float, folder: str,
+             started: Optional[Callable[[Sequence[int]], None]]) -> Dict[str, Any]:
     from multiprocessing.connection import wait
 
-    port = free_port()
+    store = os.path.join(folder, "store")  # the FileStore the ranks meet in; a fresh folder per attempt
     processes = [context.Process(target=_worker, name=f"normcheck-rank-{rank}",
-                                 args=(rank, world_size, port, step, args, settings, folder, os.getpid()))
+                                 args=(rank, world_size, store, step, args, settings, folder, os.getpid()))
                  for rank in range(world_size)]
     deadline = time.monotonic() + timeout
     try:
         for process in processes:
             process.start()
+        pids = [int(p.pid) for p in processes]
+        if started is not None:
+            started(pids)
         while True:
             codes = [p.exitcode for p in processes]
             if all(code is not None for code in codes):
-                return {"codes": codes, "killed": [], "timed_out": False, "port": port}
+                return {"codes": codes, "killed": [], "timed_out": False, "pids": pids}
             if any(code not in (None, 0) for code in codes):
-                return {"codes": codes, "killed": _kill(processes), "timed_out": False, "port": port}
+                return {"codes": codes, "killed": _kill(processes), "timed_out": False, "pids": pids}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return {"codes": codes, "killed": _kill(processes), "timed_out": True, "port": port}
+                return {"codes": codes, "killed": _kill(processes), "timed_out": True, "pids": pids}
             wait([p.sentinel for p in processes if p.exitcode is None], timeout=min(remaining, 0.5))
     finally:
         _kill(processes)
@@ -171,30 +235,53 @@ def _attempt(context: Any, step: Callable[..., Any], world_size: int, args: Sequ
 
 def launch(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any] = (), timeout: float = 120.0,
            backend: str = "gloo", start_method: str = "fork", executable: Optional[str] = None,
-           directory: Optional[str] = None, threads: int = 1, attempts: int = 3) -> List[Any]:
+           directory: Optional[str] = None, threads: int = 1, attempts: int = 3, replicas: bool = False,
+           collectives: bool = False, started: Optional[Callable[[Sequence[int]], None]] = None) -> List[Any]:
     """Runs ``step(rank, world_size, probe, *args)`` on ``world_size`` fresh ranks; returns their values.
 
     ``timeout`` (seconds) bounds the whole launch: past it every rank still running is killed and
     ``LaunchError`` names them. ``start_method`` 'fork' (fast; the step may be a closure) or 'spawn'
     (the step must be importable). ``executable`` and ``directory`` configure the probes the step
-    attaches (the normcheck executable; where dumps go). A group that cannot form (its port taken
-    between choosing and binding it, a connection reset while the ranks meet) is tried again on another
-    port, up to ``attempts`` times. Raises ``NormcheckFailure`` when the step's check failed.
+    attaches (the normcheck executable; where dumps go). A group that cannot form is tried again in a
+    fresh store, up to ``attempts`` times. ``replicas=True`` requires the step to name what to compare
+    (``probe.replicas(model, optimizer, scheduler)``); what it names is compared after the step returns
+    in any case. ``collectives=True`` records every rank's collectives into a new folder under
+    ``directory`` and checks them when the launch ends. ``started`` is called with the workers' process
+    ids once they run. Raises ``NormcheckFailure`` when the step's check failed, ``ReplicaDivergence``
+    when the replicas differ, ``CollectiveMismatch`` when the ranks' collectives do not match (a hang
+    or an error it caused is reported in its message), ``LaunchError`` otherwise.
     """
+    return launch_result(step, world_size, args=args, timeout=timeout, backend=backend, start_method=start_method,
+                         executable=executable, directory=directory, threads=threads, attempts=attempts,
+                         replicas=replicas, collectives=collectives, started=started).values
+
+
+def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any] = (),
+                  timeout: float = 120.0, backend: str = "gloo", start_method: str = "fork",
+                  executable: Optional[str] = None, directory: Optional[str] = None, threads: int = 1,
+                  attempts: int = 3, replicas: bool = False, collectives: bool = False,
+                  started: Optional[Callable[[Sequence[int]], None]] = None) -> LaunchResult:
+    """``launch``, returning the values with the evidence judged: the replica summaries, the trace verdict."""
     if world_size < 1:
         raise ValueError("world_size must be at least 1")
     import torch.multiprocessing
 
     context = torch.multiprocessing.get_context(start_method)
+    if start_method == "fork":
+        _import_what_ddp_imports()
     if directory is None:
         directory = tempfile.mkdtemp(prefix="normcheck-gate-")  # kept: the dumps the diagnosis names
-    settings = {"backend": backend, "executable": executable, "directory": directory, "threads": threads,
-                "collective_timeout": timeout + 60}
-    started = time.monotonic()
+    settings: Dict[str, Any] = {"backend": backend, "executable": executable, "directory": directory,
+                                "threads": threads, "collective_timeout": timeout + 60, "replicas": replicas,
+                                "traces": None}
+    began = time.monotonic()
     for attempt in range(attempts):
         folder = tempfile.mkdtemp(prefix="normcheck-launch-")
+        if collectives:
+            os.makedirs(directory, exist_ok=True)
+            settings["traces"] = tempfile.mkdtemp(prefix="collectives-", dir=directory)  # kept: the report names it
         try:
-            record = _attempt(context, step, world_size, args, settings, timeout, folder)
+            record = _attempt(context, step, world_size, args, settings, timeout, folder, started)
             outcomes: List[Optional[Dict[str, Any]]] = []
             for rank in range(world_size):
                 path = os.path.join(folder, f"rank-{rank}.pickle")
@@ -208,26 +295,80 @@ def launch(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any]
         if any(o is not None and o.get("retry") for o in outcomes) and attempt + 1 < attempts:
             continue
         break
-    seconds = time.monotonic() - started
+    seconds = time.monotonic() - began
+    facts = {"timed_out": record["timed_out"], "killed": record["killed"], "seconds": seconds, "pids": record["pids"]}
     errors = [f"rank {r}:\n{o['text']}" for r, o in enumerate(outcomes) if o is not None and o["kind"] == "error"]
+    ending = _ending(world_size, timeout, seconds, record, outcomes, errors)
+    verdict = None
+    if collectives:
+        verdict = _check_traces(settings["traces"], world_size, executable,
+                                record["killed"] if record["timed_out"] else [], ending)
+    if ending is not None:
+        if verdict is not None:
+            ending += (f"\n(the {verdict.calls} recorded collective calls match on every rank: the hang or error is "
+                       "not a missing or mismatched collective that normcheck.collectives can see)")
+        raise LaunchError(ending, **facts)
+    failures = [o["failure"] for o in outcomes if o is not None and o["kind"] == "failure"]
+    if failures:
+        raise failures[0]
+    values = [o["value"] for o in outcomes if o is not None]
+    summaries = [list(o.get("replicas", [])) for o in outcomes if o is not None]
+    return LaunchResult(values=values, replicas=summaries, collectives=verdict, seconds=seconds,
+                        pids=tuple(record["pids"]))
+
+
+def _import_what_ddp_imports() -> None:
+    """Imports torch._dynamo here, once, where torch 2 has it: DDP's constructor imports it on first use,
+    which costs every forked rank seconds of start-up when the parent has not."""
+    import importlib
+
+    import torch
+
+    if "torch._dynamo" not in sys.modules and hasattr(torch, "compile"):
+        try:
+            importlib.import_module("torch._dynamo")
+        except Exception:  # a torch without a working _dynamo: the ranks will do without it too
+            pass
+
+
+def _ending(world_size: int, timeout: float, seconds: float, record: Dict[str, Any],
+            outcomes: List[Optional[Dict[str, Any]]], errors: List[str]) -> Optional[str]:
+    """Why the launch did not complete, or None when every rank wrote its outcome."""
     if record["timed_out"]:
-        raise LaunchError(
-            f"the launch of {world_size} ranks passed its time limit of {timeout:g} s: killed rank(s) "
-            f"{', '.join(map(str, record['killed']))} (a rank that waits in a collective another rank never "
-            "joins hangs forever)" + ("".join("\n" + e for e in errors)))
+        return (f"the launch of {world_size} ranks passed its time limit of {timeout:g} s: killed rank(s) "
+                f"{', '.join(map(str, record['killed']))} (a rank that waits in a collective another rank never "
+                "joins hangs forever)" + ("".join("\n" + e for e in errors)))
     if errors or record["killed"]:
-        gone = [r for r, (o, code) in enumerate(zip(outcomes, record["codes"])) if o is None and r not in record["killed"]]
+        gone = [r for r, o in enumerate(outcomes) if o is None and r not in record["killed"]]
         message = f"the launch of {world_size} ranks failed after {seconds:.1f} s"
         if record["killed"]:
             message += f"; killed rank(s) {', '.join(map(str, record['killed']))} still waiting"
         if gone:
             message += f"; rank(s) {', '.join(map(str, gone))} exited with {[record['codes'][r] for r in gone]}"
-        raise LaunchError(message + "".join("\n" + e for e in errors))
+        return message + "".join("\n" + e for e in errors)
     missing = [r for r, o in enumerate(outcomes) if o is None]
     if missing:
-        raise LaunchError(f"rank(s) {', '.join(map(str, missing))} exited with "
-                          f"{[record['codes'][r] for r in missing]} without a result")
-    failures = [o["failure"] for o in outcomes if o is not None and o["kind"] == "failure"]
-    if failures:
-        raise failures[0]
-    return [o["value"] for o in outcomes if o is not None]
+        return (f"rank(s) {', '.join(map(str, missing))} exited with {[record['codes'][r] for r in missing]} "
+                "without a result")
+    return None
+
+
+def _check_traces(traces: str, world_size: int, executable: Optional[str], hung: Sequence[int],
+                  ending: Optional[str]) -> Any:
+    """The verdict on the launch's traces; raises ``CollectiveMismatch`` (with how the launch ended) on a problem."""
+    from .collectives import CollectiveMismatch, check_collectives
+
+    from .check import NormcheckError
+
+    try:
+        verdict = check_collectives(traces, world_size=world_size, executable=executable, hung=hung)
+    except NormcheckError:
+        if ending is not None:  # nothing recorded before the launch failed: its own error says more
+            return None
+        raise
+    if not verdict.consistent:
+        message = verdict.message + f"\n  traces: {traces}"
+        if ending is not None:
+            message += "\n" + ending
+        raise CollectiveMismatch(message, verdict)
+    return verdict

@@ -1,11 +1,14 @@
 """The pytest plugin: the ``normcheck_gate`` fixture, registered through the ``pytest11`` entry point.
 
     def test_my_step(normcheck_gate):
-        normcheck_gate(my_step, world_size=2)
+        normcheck_gate(my_step, world_size=2, replicas=True, collectives=True)
 
 runs ``my_step(rank, world_size, probe)`` on W fresh ranks (``normcheck.launch``) and fails the test
-with normcheck's diagnosis when a rank's ``probe.check()`` does not pass. torch is imported only when
-the fixture is used.
+with normcheck's diagnosis when a rank's ``probe.check()`` does not pass, when the replicas the step
+named with ``probe.replicas(model, optimizer, scheduler)`` differ after it (``replicas=True`` also
+requires the step to name some), or, with ``collectives=True``, when the ranks' recorded collectives
+do not match (a hang is reported as the call a rank did not issue). torch is imported only when the
+fixture is used.
 """
 
 from __future__ import annotations
@@ -34,20 +37,25 @@ class Gate:
         self.directory = directory
         self.executable = executable
         self.timeout = timeout
+        self.last: Optional[Any] = None
+        """The ``normcheck.launch.LaunchResult`` of the last launch that completed (summaries, trace verdict)."""
 
-    def __call__(self, step: Callable[..., Any], world_size: int = 2, **options: Any) -> List[Any]:
+    def __call__(self, step: Callable[..., Any], world_size: int = 2, *, replicas: bool = False,
+                 collectives: bool = False, **options: Any) -> List[Any]:
         """Runs ``step(rank, world_size, probe)`` on ``world_size`` ranks; returns each rank's value.
 
-        A failing ``probe.check()`` raises ``NormcheckFailure`` (an AssertionError: the test fails with
-        the diagnosis); a rank that raises, crashes or hangs past the time limit raises ``LaunchError``.
-        ``options`` go to ``normcheck.launch.launch`` (args, timeout, backend, start_method, …).
+        A failing ``probe.check()`` raises ``NormcheckFailure``, replicas that differ after the step
+        ``ReplicaDivergence``, collectives that do not match ``CollectiveMismatch`` (all AssertionErrors:
+        the test fails with the diagnosis); a rank that raises, crashes or hangs past the time limit
+        raises ``LaunchError``. ``options`` go to ``normcheck.launch.launch`` (args, timeout, backend, …).
         """
-        from .launch import launch
+        from .launch import launch_result
 
         options.setdefault("timeout", self.timeout)
         options.setdefault("executable", self.executable)
         options.setdefault("directory", self.directory)
-        return launch(step, world_size, **options)
+        self.last = launch_result(step, world_size, replicas=replicas, collectives=collectives, **options)
+        return self.last.values
 
 
 @pytest.fixture

@@ -32,8 +32,11 @@ from torch import nn
 
 from . import dump
 from .check import NormcheckError, NormcheckFailure, Suggestion, Verdict, run_check, suggest_for_counts
+from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas  # noqa: F401 (re-exported)
+from .collectives import record_collectives  # noqa: F401 (re-exported)
 
 __all__ = ["Probe", "ProbeError", "default_value", "gather_counts", "count_valid", "own_bucket_dtype", "DEFAULT_NAME"]
+__all__ += ["check_replicas", "ReplicaDivergence", "ReplicaSummary", "record_collectives"]
 
 DEFAULT_NAME = "normcheck_probe"
 

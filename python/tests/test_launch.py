@@ -46,6 +46,7 @@ def test_a_hung_rank_fails_the_launch_at_its_time_limit(tmp_path):
     seconds = time.monotonic() - started
     assert limit <= seconds < limit + 15
     assert "rank(s) 0" in str(raised.value)
+    assert raised.value.timed_out and 0 in raised.value.killed and len(raised.value.pids) == 2
 
 
 def raises_on_rank_one(rank, world_size, probe):
@@ -77,21 +78,28 @@ def test_a_failed_gate_comes_back_as_the_assertion_with_its_diagnosis(tmp_path):
     assert raised.value.explanations == ("local_mean",)
 
 
-def test_a_port_taken_meanwhile_is_tried_again(monkeypatch, tmp_path):
+def how_the_group_met(rank, world_size, probe):
+    store = dist.distributed_c10d._get_default_store()
+    while hasattr(store, "underlying_store"):  # a PrefixStore around the store the ranks met in
+        store = store.underlying_store
+    return {"store": type(store).__name__, "master_port": os.environ.get("MASTER_PORT")}
+
+
+def test_the_ranks_meet_in_a_file_store_without_choosing_a_port(monkeypatch, tmp_path):
+    def no_port():
+        raise AssertionError("the launcher chose a TCP port")
+
+    monkeypatch.setattr(launching, "free_port", no_port)
     taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    ports = [taken.getsockname()[1]]
-    real = launching.free_port
-    monkeypatch.setattr(launching, "free_port", lambda: ports.pop(0) if ports else real())
+    taken.bind(("127.0.0.1", 29500))  # torch's default master port, taken: nothing may need it
     try:
-        results = launch(rank_and_sum, 2, args=(0,), timeout=60, directory=str(tmp_path))
-        assert [r["sum"] for r in results] == [1.0, 1.0]
-        ports.append(taken.getsockname()[1])
-        with pytest.raises(LaunchError, match="(?i)address already in use"):
-            launch(rank_and_sum, 2, args=(0,), timeout=60, attempts=1, directory=str(tmp_path))
+        pids = []
+        results = launch(how_the_group_met, 2, timeout=60, directory=str(tmp_path), started=pids.extend)
     finally:
         taken.close()
+    assert [r["store"] for r in results] == ["FileStore", "FileStore"]
+    assert [r["master_port"] for r in results] == [None, None]
+    assert len(pids) == 2 and all(isinstance(p, int) for p in pids)
 
 
 def one_rank_moves_p(rank, world_size, probe):

@@ -15,17 +15,25 @@ void write_report_json(json_writer& json, const file_report& report) {
         .member("theta", update.theta)
         .member("objective", objective_name(update.objective))
         .member("valid_tokens", update.valid_tokens())
-        .member("mass", update.mass())
-        .key("ranks")
-        .begin_array();
-    for (const rank_stats& rank : update.ranks)
+        .member("mass", update.mass());
+    // Only what the update has: sequences where it declares them, the normalizer under constant.
+    const bool sequences = update.has_sequences();
+    if (sequences) json.member("sequences", update.sequence_count()).member("groups", update.group_count());
+    if (update.objective == objective_kind::constant) json.member("normalizer", update.normalizer);
+    json.key("ranks").begin_array();
+    for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+      const rank_stats& rank = update.ranks[r];
       json.begin_object()
           .member("valid_tokens", rank.valid_tokens())
           .member("padding", rank.padding())
           .member("mass", rank.mass())
-          .member("microbatches", std::uint64_t{rank.microbatches.size()})
-          .member("loss_gradient_sum", loss_gradient_sum(rank, update.theta))
-          .end_object();
+          .member("microbatches", std::uint64_t{rank.microbatches.size()});
+      if (sequences) json.member("sequences", rank.sequence_count());
+      json.member("loss_gradient_sum", loss_gradient_sum(rank, update.theta));
+      if (update.objective == objective_kind::sequence_mean)
+        json.member("objective_loss_sum", objective_loss_sum(objective_units(update, update.objective), r));
+      json.end_object();
+    }
     json.end_array().key("gradients").begin_object();
     for (std::size_t g = 0; g < all_strategies.size(); ++g) json.member(strategy_name(all_strategies[g]), report.gradients[g]);
     json.end_object().key("denominators").begin_object();

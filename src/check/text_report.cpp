@@ -47,7 +47,13 @@ void print_text(std::ostream& out, const file_report& report) {
   out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer) << ", θ = "
       << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
   if (weighted) out << ", objective weighted_token_mean, M = " << shorten(to_string(update.mass()));
+  if (counts_sequences(update.objective) || update.has_sequences())
+    out << (counts_sequences(update.objective) ? ", objective " + std::string(objective_name(update.objective)) : std::string())
+        << ", B = " << update.sequence_count() << " sequences";
+  if (update.objective == objective_kind::constant)
+    out << ", objective constant, C = " << shorten(to_string(update.normalizer));
   out << "\n";
+  const objective_units units(update, update.objective);
   constexpr std::size_t shown_ranks = 16;
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {
     if (r == shown_ranks && update.ranks.size() > shown_ranks + 1) {
@@ -59,7 +65,8 @@ void print_text(std::ostream& out, const file_report& report) {
     if (rank.padding() > 0) out << " (+" << rank.padding() << " padding)";
     if (weighted) out << ", m = " << shorten(to_string(rank.mass()));
     if (rank.microbatches.size() > 1) out << " in " << rank.microbatches.size() << " microbatches";
-    out << ", S = " << shorten(to_string(loss_gradient_sum(rank, update.theta))) << "\n";
+    if (update.has_sequences()) out << ", b = " << rank.sequence_count();
+    out << ", S = " << shorten(to_string(objective_loss_sum(units, r))) << "\n";
   }
   for (std::size_t i = 0; i < all_strategies.size(); ++i) {
     const strategy s = all_strategies[i];

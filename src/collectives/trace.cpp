@@ -10,15 +10,19 @@ namespace normcheck {
 
 namespace {
 
-constexpr name_table op_names{std::array<std::pair<collective_op, std::string_view>, 5>{{
+constexpr name_table op_names{std::array<std::pair<collective_op, std::string_view>, 9>{{
     {collective_op::all_reduce, "all_reduce"},
     {collective_op::broadcast, "broadcast"},
     {collective_op::all_gather, "all_gather"},
     {collective_op::reduce_scatter, "reduce_scatter"},
     {collective_op::barrier, "barrier"},
+    {collective_op::reduce, "reduce"},
+    {collective_op::gather, "gather"},
+    {collective_op::scatter, "scatter"},
+    {collective_op::all_to_all, "all_to_all"},
 }}};
 
-constexpr std::string_view line_keys = "rank, step, seq, op, tensor, shape, dtype, reduce_op, group, root";
+constexpr std::string_view line_keys = "rank, step, seq, op, tensor, shape, dtype, reduce_op, group, root, source";
 constexpr std::uint64_t max_rank = (1u << 20) - 1;
 constexpr std::uint64_t max_count = std::numeric_limits<std::int64_t>::max();
 
@@ -86,6 +90,16 @@ std::uint32_t collective_trace::intern_name(std::string_view name) {
   return index;
 }
 
+std::uint32_t collective_trace::intern_source(std::string_view source) {
+  key_.assign(source);
+  auto found = source_index_.find(key_);
+  if (found != source_index_.end()) return found->second;
+  const auto index = static_cast<std::uint32_t>(sources_.size());
+  sources_.emplace_back(source);
+  source_index_.emplace(key_, index);
+  return index;
+}
+
 void collective_trace::add_text(std::string_view text, std::string source, const reader_limits& limits) {
   const auto file = static_cast<std::uint32_t>(files_.size());
   files_.push_back(source);
@@ -113,7 +127,7 @@ void collective_trace::add_text(std::string_view text, std::string source, const
       signature.shape.clear();
       signature.root.reset();
       bool saw_rank = false, saw_step = false, saw_seq = false, saw_op = false;
-      bool saw_tensor = false, saw_shape = false, saw_dtype = false;
+      bool saw_tensor = false, saw_shape = false, saw_dtype = false, saw_source = false;
       std::string_view key;
       while (json.next_member(key)) {
         if (key == "rank") {
@@ -145,6 +159,9 @@ void collective_trace::add_text(std::string_view text, std::string source, const
           signature.group = json.text("group");
         } else if (key == "root") {
           signature.root = json.integer("root", 0, max_rank);
+        } else if (key == "source") {
+          call.source = intern_source(json.text("source"));
+          saw_source = true;
         } else {
           json.fail_unknown_key(key, "(a trace line has " + std::string(line_keys) + ")");
         }
@@ -169,6 +186,7 @@ void collective_trace::add_text(std::string_view text, std::string source, const
                   "tensor, shape and dtype)",
                   0);
       if (!saw_tensor) call.tensor = intern_name("");
+      if (!saw_source) call.source = intern_source("");
       call.signature = intern_signature(signature);
       calls_.push_back(call);
     } catch (const error& e) {

@@ -33,8 +33,10 @@ std::string call_text(const collective_trace& trace, const collective_call& call
   const std::string& name = trace.tensor_names()[call.tensor];
   if (!name.empty()) out += " " + name;
   if (s.op != collective_op::barrier) out += " " + shape_text(s.shape) + " " + s.dtype;
+  const std::string& source = trace.sources()[call.source];
   return out + " (step " + std::to_string(call.step) + ", seq " + std::to_string(call.seq) + ", " +
-         trace.files()[call.file] + ":" + std::to_string(call.line) + ")";
+         (source.empty() ? std::string() : "issued at " + source + ", ") + trace.files()[call.file] + ":" +
+         std::to_string(call.line) + ")";
 }
 
 [[noreturn]] void trace_error(const collective_trace& trace, const collective_call& call, std::string message) {
@@ -136,7 +138,7 @@ trace_verdict check_trace(const collective_trace& trace, std::optional<std::size
         return call && call->step == step ? call : nullptr;
       };
       auto same = [](const collective_call* a, const collective_call* b) {
-        return a && b && a->signature == b->signature && a->tensor == b->tensor;
+        return a && b && a->signature == b->signature && a->tensor == b->tensor && a->source == b->source;
       };
       if (!absent.empty()) {
         problem.missing_call = true;
@@ -198,6 +200,12 @@ trace_verdict check_trace(const collective_trace& trace, std::optional<std::size
                                     std::to_string(step) + ": \"" + trace.tensor_names()[first->tensor] +
                                     "\" on rank 0, \"" + trace.tensor_names()[other->tensor] + "\" on rank " +
                                     std::to_string(r) + " (a call of the same shape may have been skipped there)");
+            first = nullptr;
+          } else if (other && other->source != first->source) {
+            problem.notes.push_back("source lines first differ at position " + std::to_string(k) + " of step " +
+                                    std::to_string(step) + ": " + trace.sources()[first->source] + " on rank 0, " +
+                                    trace.sources()[other->source] + " on rank " + std::to_string(r) +
+                                    " (a call of the same shape may have been skipped there)");
             first = nullptr;
           }
         }

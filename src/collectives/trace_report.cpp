@@ -30,10 +30,16 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
     out << "  " << ranks_phrase(problem.missing) << " did not issue this call; " << ranks_phrase(problem.waiting)
         << (problem.waiting.size() == 1 ? " waits" : " wait") << " in it: the job would hang\n";
 
+  // The program's source location is a column only when the recorder wrote one.
+  bool sources = false;
+  for (const rank_call& entry : problem.side_by_side)
+    if (entry.call && !trace.sources()[trace.calls()[*entry.call].source].empty()) sources = true;
   std::vector<std::vector<std::string>> rows{{"rank", "seq", "op", "tensor", "shape", "dtype", "reduce_op", "group", "at"}};
+  if (sources) rows.front().push_back("issued at");
   for (const rank_call& entry : problem.side_by_side) {
     if (!entry.call) {
       rows.push_back({std::to_string(entry.rank), "—", "(no call)", "", "", "", "", "", ""});
+      if (sources) rows.back().push_back("");
       continue;
     }
     const collective_call& call = trace.calls()[*entry.call];
@@ -44,6 +50,7 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
                     s.op == collective_op::barrier && s.shape.empty() ? "—" : shape_text(s.shape), or_dash(printable(s.dtype)),
                     or_dash(printable(s.reduce_op)), or_dash(printable(s.group)),
                     escaped_name(trace.files()[call.file]) + ":" + std::to_string(call.line)});
+    if (sources) rows.back().push_back(or_dash(printable(trace.sources()[call.source])));
   }
   std::vector<std::size_t> widths(rows.front().size(), 0);
   auto width = [](const std::string& text) {
@@ -106,6 +113,7 @@ void print_trace_verdict_json(std::ostream& out, const collective_trace& trace, 
           .member("dtype", s.dtype)
           .member("reduce_op", s.reduce_op)
           .member("group", s.group)
+          .member("source", trace.sources()[call.source])
           .member("file", trace.files()[call.file])
           .member("line", call.line);
     } else {

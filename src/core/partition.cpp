@@ -27,9 +27,12 @@ constexpr name_table reducer_names{std::array<std::pair<reducer_kind, std::strin
     {reducer_kind::sum, "sum"},
 }}};
 
-constexpr name_table objective_names{std::array<std::pair<objective_kind, std::string_view>, 2>{{
+constexpr name_table objective_names{std::array<std::pair<objective_kind, std::string_view>, 5>{{
     {objective_kind::token_mean, "token_mean"},
     {objective_kind::weighted_token_mean, "weighted_token_mean"},
+    {objective_kind::sequence_mean, "sequence_mean"},
+    {objective_kind::sequence_sum_mean, "sequence_sum_mean"},
+    {objective_kind::constant, "constant"},
 }}};
 
 std::string_view reducer_name(reducer_kind reducer) noexcept { return reducer_names.name(reducer); }
@@ -44,22 +47,62 @@ std::optional<objective_kind> objective_from_name(std::string_view name) noexcep
 
 std::string objective_alternatives() { return objective_names.alternatives(); }
 
-rational microbatch_stats::mass() const {
-  // A microbatch without sums is unweighted or holds no valid token: its mass is its count either way.
+rational group_stats::mass() const {
+  // A group without sums is unweighted or holds no valid token: its mass is its count either way.
   return weighted() ? sums->weighted->mass : rational(valid_tokens);
 }
 
-const rational& microbatch_stats::zero() {
+const rational& group_stats::zero() {
   static const rational value;
   return value;
 }
 
-void microbatch_stats::set_sums(target_sums values) {
+void group_stats::set_sums(target_sums values) {
   if (values.sum == 0 && values.abs_sum == 0 && !values.weighted) {
     sums = boxed<target_sums>();
     return;
   }
   sums = std::move(values);
+}
+
+std::uint64_t microbatch_stats::sequence_count() const {
+  if (!sequences) return 0;
+  return static_cast<std::uint64_t>(
+      std::count_if(sequences->begin(), sequences->end(), [](const group_stats& s) { return s.valid_tokens > 0; }));
+}
+
+microbatch_stats make_sequenced_microbatch(std::vector<group_stats> sequences) {
+  microbatch_stats microbatch;
+  tree_sum sum;
+  tree_sum abs_sum;
+  tree_sum mass;
+  tree_sum weighted_sum;
+  tree_sum weighted_abs_sum;
+  bool weighted = false;
+  for (const group_stats& s : sequences) {
+    microbatch.valid_tokens += s.valid_tokens;
+    microbatch.padding += s.padding;
+    if (!s.sums) continue;
+    sum.add(s.target_sum());
+    abs_sum.add(s.target_abs_sum());
+    if (s.weighted()) {
+      weighted = true;
+      mass.add(s.mass());
+      weighted_sum.add(s.weighted_target_sum());
+      weighted_abs_sum.add(s.weighted_target_abs_sum());
+    }
+  }
+  target_sums values{sum.value(), abs_sum.value(), {}};
+  if (weighted) values.weighted = weighted_sums{mass.value(), weighted_sum.value(), weighted_abs_sum.value()};
+  microbatch.set_sums(std::move(values));
+  microbatch.sequences = std::move(sequences);
+  return microbatch;
+}
+
+std::uint64_t rank_stats::sequence_count() const {
+  std::uint64_t total = 0;
+  for (const microbatch_stats& m : microbatches) total += m.sequence_count();
+  return total;
 }
 
 rational rank_stats::mass() const {
@@ -104,15 +147,35 @@ rational rank_stats::weighted_target_sum() const {
   return sums.value();
 }
 
+std::uint64_t partition::sequence_count() const {
+  std::uint64_t total = 0;
+  for (const rank_stats& r : ranks) total += r.sequence_count();
+  return total;
+}
+
+std::uint64_t partition::group_count() const {
+  std::uint64_t total = 0;
+  for (const rank_stats& r : ranks)
+    for (const microbatch_stats& m : r.microbatches) total += m.group_count();
+  return total;
+}
+
+bool partition::has_sequences() const {
+  for (const rank_stats& r : ranks)
+    for (const microbatch_stats& m : r.microbatches)
+      if (m.sequences) return true;
+  return false;
+}
+
 std::uint64_t partition::valid_tokens() const {
   std::uint64_t total = 0;
   for (const rank_stats& r : ranks) total += r.valid_tokens();
   return total;
 }
 
-rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta) {
-  rational sum = theta * microbatch.mass();
-  sum -= microbatch.weighted_target_sum();
+rational loss_gradient_sum(const group_stats& group, const rational& theta) {
+  rational sum = theta * group.mass();
+  sum -= group.weighted_target_sum();
   return sum;
 }
 
@@ -141,6 +204,18 @@ void microbatch_builder::add_token(const rational& target) {
     negative_.add(magnitude);
   } else {
     positive_.add(target);
+  }
+}
+
+void microbatch_builder::add_tokens(const rational& target, std::uint64_t count) {
+  if (count == 0) return;
+  valid_tokens_ += count;
+  rational total = target * count;
+  if (total < 0) {
+    rational magnitude = -total;
+    negative_.add(magnitude);
+  } else {
+    positive_.add(total);
   }
 }
 

@@ -24,7 +24,7 @@ bool mentions(std::string_view text, std::string_view word) {
 }
 
 constexpr std::string_view core_keys =
-    "format, ranks, world_size, reducer, theta, objective, description, expect, expect_error";
+    "format, ranks, world_size, reducer, theta, objective, normalizer, description, expect, expect_error";
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
@@ -68,7 +68,17 @@ public:
         file_.update.theta = json_.exact("theta");
         budget_.note_kept(file_.update.theta, json_, theta_offset);
       } else if (key == "objective") {
+        objective_offset_ = json_.value_offset();
         file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
+      } else if (key == "normalizer") {
+        normalizer_offset_ = json_.value_offset();
+        file_.update.normalizer = json_.exact("normalizer");
+        if (file_.update.normalizer <= 0)
+          json_.fail(error_code::schema_error,
+                     "normalizer must be a positive exact number (the constant C the loss sum is divided by), found " +
+                         to_string(file_.update.normalizer),
+                     *normalizer_offset_);
+        budget_.note_kept(file_.update.normalizer, json_, *normalizer_offset_);
       } else if (key == "description") {
         file_.description = std::string(json_.text("description"));
       } else if (key == "expect") {
@@ -94,6 +104,7 @@ public:
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
     check_weighting();
+    check_objective();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
     if (file_.update.valid_tokens() == 0)
       json_.fail(error_code::no_valid_tokens,
@@ -133,7 +144,7 @@ private:
       if (key == "targets") {
         saw_targets = true;
         tokens_offset = json_.value_offset();
-        rank.microbatches.push_back(read_tokens("targets"));
+        rank.microbatches.push_back(read_microbatch("targets"));
         note_pooled(rank);
       } else if (key == "microbatches") {
         saw_microbatches = true;
@@ -143,7 +154,7 @@ private:
           json_.fail_type("microbatches", "a non-empty array of token arrays");
         json_.begin_array();
         while (json_.next_element()) {
-          rank.microbatches.push_back(read_tokens("each microbatch"));
+          rank.microbatches.push_back(read_microbatch("each microbatch"));
           note_pooled(rank);
         }
         if (rank.microbatches.empty())
@@ -190,7 +201,7 @@ private:
     const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
     if (weights.peek() != json_kind::array) weights.fail_type("weights", shape);
     if (!accumulated) {
-      rank.microbatches.front() = read_weighted_tokens(tokens, weights);
+      rank.microbatches.front() = read_weighted_microbatch(tokens, weights);
       return;
     }
     tokens.begin_array();
@@ -202,14 +213,62 @@ private:
                      "weights lists fewer microbatches than the rank's " + std::to_string(rank.microbatches.size()) +
                          ": give one weight array per microbatch",
                      weights_offset);
-      if (weights.peek() != json_kind::array) weights.fail_type("each microbatch's weights", "an array of weights");
-      microbatch = read_weighted_tokens(tokens, weights);
+      microbatch = read_weighted_microbatch(tokens, weights);
     }
     if (weights.next_element())
       weights.fail(error_code::schema_error,
                    "weights lists more microbatches than the rank's " + std::to_string(rank.microbatches.size()) +
                        ": give one weight array per microbatch",
                    weights.value_offset());
+  }
+
+  // A weighted microbatch: a token array beside a weight array, or sequences beside sequences of weights.
+  microbatch_stats read_weighted_microbatch(field_reader& tokens, field_reader& weights) {
+    if (tokens.peek() != json_kind::object) {
+      if (weights.peek() != json_kind::array) weights.fail_type("each microbatch's weights", "an array of weights");
+      return read_weighted_tokens(tokens, weights);
+    }
+    // The tokens were read once already, so their object holds "sequences" or a compact group.
+    const std::uint64_t tokens_offset = tokens.value_offset();
+    tokens.begin_object();
+    std::string_view key;
+    tokens.next_member(key);
+    if (key != "sequences")
+      tokens.fail(error_code::schema_error,
+                  "a compact group {\"count\", \"value\"} holds unweighted tokens; under weighted_token_mean list "
+                  "the tokens and give a weight beside each",
+                  tokens_offset);
+    if (weights.peek() != json_kind::object)
+      weights.fail_type("the weights beside sequences", "{\"sequences\": [[w, …], …]}, shaped like the tokens");
+    const std::uint64_t weights_offset = weights.value_offset();
+    weights.begin_object();
+    std::string_view weights_key;
+    if (!weights.next_member(weights_key) || weights_key != "sequences")
+      weights.fail(error_code::schema_error, "the weights beside sequences are {\"sequences\": [[w, …], …]}",
+                   weights_offset);
+    if (weights.peek() != json_kind::array)
+      weights.fail_type("weights' sequences", "an array of weight arrays, one per sequence");
+    tokens.begin_array();
+    weights.begin_array();
+    std::vector<group_stats> sequences;
+    while (tokens.next_element()) {
+      if (!weights.next_element())
+        weights.fail(error_code::schema_error, "weights lists fewer sequences than the microbatch beside it",
+                     weights_offset);
+      if (tokens.peek() != json_kind::array)
+        tokens.fail(error_code::schema_error,
+                    "a compact group {\"count\", \"value\"} holds unweighted tokens; under weighted_token_mean list "
+                    "the tokens and give a weight beside each",
+                    tokens.value_offset());
+      if (weights.peek() != json_kind::array) weights.fail_type("each sequence's weights", "an array of weights");
+      sequences.push_back(read_weighted_tokens(tokens, weights));
+    }
+    if (weights.next_element())
+      weights.fail(error_code::schema_error, "weights lists more sequences than the microbatch beside it",
+                   weights.value_offset());
+    if (weights.next_member(weights_key))
+      weights.fail_unknown_key(weights_key, "in the weights beside sequences (they have only \"sequences\")");
+    return make_sequenced_microbatch(std::move(sequences));
   }
 
   microbatch_stats read_weighted_tokens(field_reader& tokens, field_reader& weights) {
@@ -279,18 +338,133 @@ private:
   }
 
 
-  // The hot loop: each literal is read straight from the input into machine integers and summed
-  // without allocating; what that path does not take (fractions, long significands, anything
-  // malformed) goes through parse_literal.
-  microbatch_stats read_tokens(std::string_view what) {
-    const std::uint64_t offset = json_.value_offset();
-    if (++microbatches_ > json_.limits().max_microbatches)
+  // The objective and what it needs: a normalizer exactly under constant, and sequences declared wherever
+  // a sequence objective has tokens.
+  void check_objective() {
+    const objective_kind objective = file_.update.objective;
+    if (objective == objective_kind::constant && !normalizer_offset_)
+      json_.fail(error_code::schema_error,
+                 "the objective is constant, so the document gives \"normalizer\": C, the constant the loss sum is "
+                 "divided by (for example the number of sequences times the longest length)",
+                 objective_offset_.value_or(0));
+    if (objective != objective_kind::constant && normalizer_offset_)
+      json_.fail(error_code::schema_error,
+                 "normalizer is the constant of the objective \"constant\", but the objective is " +
+                     std::string(objective_name(objective)),
+                 *normalizer_offset_);
+    if (!counts_sequences(objective)) return;
+    for (std::size_t r = 0; r < file_.update.ranks.size(); ++r) {
+      const rank_stats& rank = file_.update.ranks[r];
+      for (std::size_t m = 0; m < rank.microbatches.size(); ++m)
+        if (rank.microbatches[m].valid_tokens > 0 && !rank.microbatches[m].sequences)
+          json_.fail(error_code::schema_error,
+                     "rank " + std::to_string(r) + ", microbatch " + std::to_string(m) + " holds valid tokens but no "
+                         "sequences, and the objective " + std::string(objective_name(objective)) +
+                         " counts sequences: write it as {\"sequences\": [[…], …]}",
+                     objective_offset_.value_or(0));
+    }
+  }
+
+  // Counts one more group (a microbatch or a sequence) against --max-microbatches.
+  void count_group(std::uint64_t offset) {
+    if (++groups_ > json_.limits().max_microbatches)
       json_.fail(error_code::limit_exceeded,
                  "the update has more than " + std::to_string(json_.limits().max_microbatches) +
-                     " microbatches over all ranks (--max-microbatches raises the limit)",
+                     " microbatches over all ranks (--max-microbatches raises the limit; sequences count as microbatches)",
                  offset);
+  }
+
+  // A microbatch: a token array (the hot path, possibly handed to a worker), a compact group, or sequences.
+  microbatch_stats read_microbatch(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::object) return read_tokens(what);
+    count_group(offset);
+    json_.begin_object();
+    std::string_view key;
+    if (!json_.next_member(key))
+      json_.fail(error_code::schema_error,
+                 std::string(what) + " is an empty object: a microbatch is a token array, a compact group "
+                     "{\"count\": n, \"value\": y}, or {\"sequences\": [[…], …]}",
+                 offset);
+    if (key != "sequences") return read_compact(offset, key);
     if (json_.peek() != json_kind::array)
-      json_.fail_type(what, "an array of token values (exact numbers, or null for padding)");
+      json_.fail_type("sequences", "a non-empty array of sequences (token arrays or compact groups)");
+    const std::uint64_t list_offset = json_.value_offset();
+    json_.begin_array();
+    std::vector<group_stats> sequences;
+    while (json_.next_element()) {
+      const std::uint64_t sequence_offset = json_.value_offset();
+      if (json_.peek() == json_kind::object) {
+        count_group(sequence_offset);
+        json_.begin_object();
+        if (!json_.next_member(key))
+          json_.fail(error_code::schema_error, "a sequence is a token array or a compact group {\"count\": n, \"value\": y}",
+                     sequence_offset);
+        if (key == "sequences")
+          json_.fail(error_code::schema_error, "sequences do not nest: a sequence is a token array or a compact group",
+                     json_.key_offset());
+        sequences.push_back(read_compact(sequence_offset, key));
+      } else {
+        sequences.push_back(read_token_array("each sequence", sequence_offset));
+      }
+    }
+    if (sequences.empty())
+      json_.fail(error_code::schema_error,
+                 "sequences must not be empty: a microbatch without tokens is [] (give at least one sequence)", list_offset);
+    if (json_.next_member(key))
+      json_.fail_unknown_key(key, "beside sequences (a microbatch with sequences has only \"sequences\")");
+    return make_sequenced_microbatch(std::move(sequences));
+  }
+
+  // A compact group, its first key `key` already read: {"count": n, "value": y, "padding": p}.
+  microbatch_stats read_compact(std::uint64_t offset, std::string_view key) {
+    constexpr std::uint64_t most = std::uint64_t{1} << 62;
+    std::optional<std::uint64_t> count;
+    std::optional<rational> value;
+    std::uint64_t padding = 0;
+    std::uint64_t value_offset = offset;
+    for (bool more = true; more; more = json_.next_member(key)) {
+      if (key == "count") {
+        count = json_.integer("count", 0, most);
+      } else if (key == "value") {
+        value_offset = json_.value_offset();
+        value = json_.exact("value");
+      } else if (key == "padding") {
+        padding = json_.integer("padding", 0, most);
+      } else if (key == "sequences") {
+        json_.fail(error_code::schema_error,
+                   "a compact group has count, value and padding; \"sequences\" stands alone in a microbatch",
+                   json_.key_offset());
+      } else {
+        json_.fail_unknown_key(key, "in a compact group (it has count, value and padding)");
+      }
+    }
+    if (!count)
+      json_.fail(error_code::schema_error,
+                 "a compact group needs \"count\": the number of valid tokens that share its value", offset);
+    if (*count > 0 && !value)
+      json_.fail(error_code::schema_error,
+                 "a compact group of " + std::to_string(*count) + " tokens needs \"value\": the value they share",
+                 offset);
+    microbatch_builder builder;
+    if (*count > 0) builder.add_tokens(*value, *count);
+    builder.add_padding(padding);
+    microbatch_stats stats = builder.finish();
+    if (stats.sums) {
+      budget_.note_kept(stats.sums->sum, json_, value_offset);
+      budget_.note_kept(stats.sums->abs_sum, json_, value_offset);
+    }
+    return stats;
+  }
+
+  // A microbatch given as a token array: counted against the limit, and large arrays of large documents
+  // handed to the pool.
+  microbatch_stats read_tokens(std::string_view what) {
+    const std::uint64_t offset = json_.value_offset();
+    count_group(offset);
+    if (json_.peek() != json_kind::array)
+      json_.fail_type(what, "an array of token values (exact numbers, or null for padding), a compact group "
+                            "{\"count\": n, \"value\": y}, or {\"sequences\": [[…], …]}");
     if (pool_) {
       const std::optional<std::uint64_t> close = detail::token_array_end(json_, text_, offset);
       if (close && *close - offset >= parallel_array_bytes) {
@@ -299,6 +473,16 @@ private:
         return {};  // filled in by collect_pooled
       }
     }
+    return read_token_array(what, offset);
+  }
+
+  // The hot loop: each literal is read straight from the input into machine integers and summed
+  // without allocating; what that path does not take (fractions, long significands, anything
+  // malformed) goes through parse_literal.
+  microbatch_stats read_token_array(std::string_view what, std::uint64_t offset) {
+    if (json_.peek() != json_kind::array)
+      json_.fail_type(what, "an array of token values (exact numbers, or null for padding), or a compact group "
+                            "{\"count\": n, \"value\": y}");
     json_.begin_array();
     microbatch_builder builder;
     machine_literal fast;
@@ -401,7 +585,9 @@ private:
   std::optional<std::size_t> pooled_ticket_;
   std::vector<pooled_array> pooled_;
   exact_budget budget_;
-  std::uint64_t microbatches_ = 0;
+  std::uint64_t groups_ = 0;  // microbatches and sequences read so far
+  std::optional<std::uint64_t> objective_offset_;
+  std::optional<std::uint64_t> normalizer_offset_;
   partition_file file_;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"

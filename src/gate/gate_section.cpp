@@ -1,6 +1,7 @@
 #include "normcheck/gate/gate_section.hpp"
 
 #include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/io/json_writer.hpp"
 #include "normcheck/io/text.hpp"
 
@@ -23,17 +24,52 @@ void print_explanations(std::ostream& out, std::string_view heading, const std::
   }
 }
 
-// An exact number or one of the non-finite values a float dump can hold ("nan", "inf", "-inf").
+// An exact number or one of the non-finite values a float dump can hold ("nan", "inf", "-inf"); a number
+// counts against the document's digit budget like every value it keeps.
 observed_value read_observed_value(field_reader& in, std::string_view what) {
+  const std::uint64_t offset = in.value_offset();
   if (in.peek() == json_kind::string) {
-    const std::uint64_t offset = in.value_offset();
     field_reader probe = in.at(offset);
     if (const std::optional<non_finite> special = non_finite_from_name(probe.string_value())) {
       in.skip_value();
       return *special;
     }
   }
-  return in.exact(what);
+  rational value = in.exact(what);
+  in.keep(value, offset);
+  return value;
+}
+
+// A vector of observed values, one per group.
+std::vector<observed_value> read_observed_vector(field_reader& in, std::string_view what) {
+  if (in.peek() != json_kind::array) in.fail_type(what, "an array with one value per group of the update");
+  in.begin_array();
+  std::vector<observed_value> values;
+  while (in.next_element()) values.push_back(read_observed_value(in, "each group's value"));
+  return values;
+}
+
+// `per_rank` (or `witness`) given as vectors: one array per rank.
+std::vector<std::vector<observed_value>> read_observed_vectors(field_reader& in, std::string_view what) {
+  if (in.peek() != json_kind::array) in.fail_type(what, "an array with one array per rank, one value per group");
+  const std::uint64_t offset = in.value_offset();
+  in.begin_array();
+  std::vector<std::vector<observed_value>> ranks;
+  while (in.next_element()) ranks.push_back(read_observed_vector(in, "each rank's vector"));
+  if (ranks.empty()) in.fail(error_code::schema_error, std::string(what) + " must list every rank's vector", offset);
+  return ranks;
+}
+
+// One rank's value of the scalar probe: the sum of its vector's components (NaN or an infinity as it is).
+observed_value summed(const std::vector<observed_value>& components) {
+  tree_sum total;
+  std::optional<non_finite> special;
+  for (const observed_value& v : components) {
+    if (const rational* number = std::get_if<rational>(&v)) total.add(*number);
+    else if (!special) special = std::get<non_finite>(v);
+  }
+  if (special) return *special;
+  return total.value();
 }
 
 void write_explanations(json_writer& json, const std::vector<explanation>& list) {
@@ -48,6 +84,61 @@ void write_explanations(json_writer& json, const std::vector<explanation>& list)
         .member("instead", e.instead)
         .end_object();
   json.end_array();
+}
+
+// "1/6 (≈ 0.166667)", or what was dumped where the weight is undefined.
+std::string weight_text(const std::optional<rational>& value) {
+  return value ? on_screen(*value) + " ≈ " + approximate(*value) : std::string("—");
+}
+
+std::string place_text(const weight_row& row) {
+  return "rank " + std::to_string(row.where.rank) + ", mb " + std::to_string(row.where.microbatch) +
+         (row.sequence ? ", seq " + std::to_string(row.where.group) : "");
+}
+
+// The weight table for a screen: one row per group, the first ones when there are many.
+void print_weights(std::ostream& out, const std::vector<weight_row>& rows, std::string_view indent) {
+  constexpr std::size_t shown_rows = 24;
+  out << indent << "weights per group (what the code gave a token, what the objective gives it):\n";
+  out << indent << "  " << padded("group", 7) << " " << padded("place", 22) << " " << padded("tokens", 7) << " "
+      << padded("code", 26) << " " << padded("objective", 26) << " ratio\n";
+  for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i) {
+    const weight_row& row = rows[i];
+    out << indent << "  " << padded(std::to_string(i), 7) << " " << padded(place_text(row), 22) << " "
+        << padded(std::to_string(row.tokens), 7) << " "
+        << padded(row.code ? weight_text(row.code) : to_string(row.observed), 26) << " "
+        << padded(weight_text(row.objective), 26) << " " << weight_text(row.ratio)
+        << (row.within_bound ? "" : "  outside its bound") << (row.witness_agrees ? "" : "  varies inside") << "\n";
+  }
+  if (rows.size() > shown_rows)
+    out << indent << "  … " << rows.size() - shown_rows << " more groups (every one in --json)\n";
+}
+
+void write_weights(json_writer& json, const std::vector<weight_row>& rows) {
+  constexpr std::size_t written_rows = 10000;
+  json.begin_object().member("groups", static_cast<std::uint64_t>(rows.size())).key("rows").begin_array();
+  for (std::size_t i = 0; i < rows.size() && i < written_rows; ++i) {
+    const weight_row& row = rows[i];
+    json.begin_object()
+        .member("group", static_cast<std::uint64_t>(i))
+        .member("rank", static_cast<std::uint64_t>(row.where.rank))
+        .member("microbatch", static_cast<std::uint64_t>(row.where.microbatch));
+    if (row.sequence) json.member("sequence", static_cast<std::uint64_t>(row.where.group));
+    else json.key("sequence").null();
+    json.member("tokens", row.tokens)
+        .member("observed", to_string(row.observed))
+        .member("code", row.code)
+        .member("code_decimal", row.code ? std::optional<std::string>(approximate(*row.code)) : std::nullopt)
+        .member("objective", row.objective)
+        .member("objective_decimal", approximate(row.objective))
+        .member("ratio", row.ratio)
+        .member("ratio_decimal", row.ratio ? std::optional<std::string>(approximate(*row.ratio)) : std::nullopt)
+        .member("within_bound", row.within_bound)
+        .member("witness_agrees", row.witness_agrees)
+        .end_object();
+  }
+  json.end_array().member("omitted", static_cast<std::uint64_t>(rows.size() > written_rows ? rows.size() - written_rows : 0));
+  json.end_object();
 }
 
 // The explanations a verdict gives: the diagnosis of a failure, the mistakes that could hide otherwise.
@@ -75,19 +166,45 @@ void gate_section::read_observed(field_reader& in) {
   observed_result observed;
   bool saw_gradient = false;
   bool saw_dtype = false;
+  std::optional<group_measurement> groups;
+  std::optional<std::vector<std::vector<observed_value>>> witness;
   std::string_view key;
   while (in.next_member(key)) {
     if (key == "gradient") {
       saw_gradient = true;
-      observed.per_rank.push_back(read_observed_value(in, "observed.gradient"));
+      if (in.peek() == json_kind::array) {
+        groups.emplace().per_rank.push_back(read_observed_vector(in, "observed.gradient"));
+      } else {
+        observed.per_rank.push_back(read_observed_value(in, "observed.gradient"));
+      }
     } else if (key == "per_rank") {
       observed.from_per_rank = true;
       const std::uint64_t list_offset = in.value_offset();
-      if (in.peek() != json_kind::array) in.fail_type("observed.per_rank", "an array of exact numbers, one per rank");
+      if (in.peek() != json_kind::array)
+        in.fail_type("observed.per_rank", "an array with one value per rank (or one vector per rank)");
+      field_reader look = in.at(list_offset);
+      look.begin_array();
+      if (look.next_element() && look.peek() == json_kind::array) {
+        groups.emplace().per_rank = read_observed_vectors(in, "observed.per_rank");
+        groups->from_per_rank = true;
+        continue;
+      }
       in.begin_array();
-      while (in.next_element()) observed.per_rank.push_back(read_observed_value(in, "each per_rank value"));
+      while (in.next_element()) {
+        if (in.peek() == json_kind::array)
+          in.fail(error_code::schema_error,
+                  "observed.per_rank mixes numbers and vectors: give every rank a number, or every rank a vector "
+                  "with one value per group",
+                  in.value_offset());
+        observed.per_rank.push_back(read_observed_value(in, "each per_rank value"));
+      }
       if (observed.per_rank.empty())
         in.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
+    } else if (key == "witness") {
+      witness_offset_ = in.value_offset();
+      witness = read_observed_vectors(in, "observed.witness");
+    } else if (key == "sites") {
+      read_sites(in, observed);
     } else if (key == "dtype") {
       observed.type = in.named("dtype", dtype_from_name, dtype_alternatives());
       saw_dtype = true;
@@ -100,7 +217,8 @@ void gate_section::read_observed(field_reader& in) {
     } else if (key == "tolerance") {
       read_tolerance(in, observed);
     } else {
-      in.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, reduction_dtype, tokens, mass, tolerance)");
+      in.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, reduction_dtype, tokens, mass, "
+                               "tolerance, and witness and sites beside vectors)");
     }
   }
   if (saw_gradient == observed.from_per_rank)
@@ -111,7 +229,58 @@ void gate_section::read_observed(field_reader& in) {
   if (!saw_dtype)
     in.fail(error_code::schema_error,
             "observed needs dtype (" + dtype_alternatives() + "): the error bound depends on it", observed_offset_);
+  if ((witness || !observed.sites.empty()) && !groups)
+    in.fail(error_code::schema_error,
+            std::string(witness ? "observed.witness" : "observed.sites") +
+                " goes with a per-group measurement: give per_rank (or gradient) as vectors, one value per group",
+            witness ? *witness_offset_ : observed_offset_);
+  if (groups) {
+    if (witness) groups->witness = std::move(*witness);
+    for (const std::vector<observed_value>& components : groups->per_rank) observed.per_rank.push_back(summed(components));
+    observed.groups = std::move(groups);
+  }
   observed_ = std::move(observed);
+}
+
+void gate_section::read_sites(field_reader& in, observed_result& observed) {
+  if (in.peek() != json_kind::array) in.fail_type("observed.sites", "an array of sites, {\"name\", \"per_rank\"} each");
+  sites_offset_ = in.value_offset();
+  in.begin_array();
+  while (in.next_element()) {
+    const std::uint64_t offset = in.value_offset();
+    if (in.peek() != json_kind::object)
+      in.fail_type("each site", "an object with name, and per_rank (or gradient) as vectors, and witness");
+    in.begin_object();
+    group_measurement site;
+    bool saw_name = false;
+    bool saw_values = false;
+    std::string_view key;
+    while (in.next_member(key)) {
+      if (key == "name") {
+        site.site = std::string(in.text("a site's name"));
+        saw_name = true;
+      } else if (key == "per_rank" || key == "gradient") {
+        if (saw_values) in.fail(error_code::schema_error, "a site has both gradient and per_rank: give exactly one", in.key_offset());
+        saw_values = true;
+        site.from_per_rank = key == "per_rank";
+        if (site.from_per_rank) site.per_rank = read_observed_vectors(in, "a site's per_rank");
+        else site.per_rank.push_back(read_observed_vector(in, "a site's gradient"));
+      } else if (key == "witness") {
+        site.witness = read_observed_vectors(in, "a site's witness");
+      } else {
+        in.fail_unknown_key(key, "in a site (it has name, per_rank or gradient, and witness)");
+      }
+    }
+    if (!saw_name || site.site.empty())
+      in.fail(error_code::schema_error, "each site needs a non-empty name: the submodule its probe sat in", offset);
+    if (!saw_values)
+      in.fail(error_code::schema_error, "site \"" + printable(site.site) + "\" needs per_rank (or gradient): its vectors",
+              offset);
+    for (const group_measurement& other : observed.sites)
+      if (other.site == site.site)
+        in.fail(error_code::schema_error, "two sites are named \"" + printable(site.site) + "\": each site once", offset);
+    observed.sites.push_back(std::move(site));
+  }
 }
 
 void gate_section::read_tokens(field_reader& in, observed_result& observed) {
@@ -217,6 +386,7 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
               observed_offset_);
   };
   if (observed.from_per_rank) one_per_rank(observed.per_rank.size(), "observed.per_rank", "values");
+  if (observed.groups) settle_groups(document, in);
   one_per_rank(observed.rank_masses.size(), "observed.mass.per_rank", "masses");
   if ((observed.global_mass || !observed.rank_masses.empty()) &&
       document.update.objective != objective_kind::weighted_token_mean)
@@ -238,6 +408,46 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
                   " microbatches: give one number, or one per microbatch",
               divided_by_offset_);
   }
+}
+
+// A per-group measurement: one vector per rank (or one for all), each with one value per group of the
+// update; the witness shaped alike and only for unweighted tokens; every site alike.
+void gate_section::settle_groups(const partition_file& document, field_reader& in) const {
+  const observed_result& observed = *observed_;
+  const std::uint64_t groups = document.update.group_count();
+  const std::uint64_t ranks = document.update.world_size();
+  auto shaped = [&](const std::vector<std::vector<observed_value>>& vectors, bool per_rank, const std::string& what,
+                    std::uint64_t offset) {
+    if (per_rank && vectors.size() != ranks)
+      in.fail(error_code::schema_error,
+              what + " has " + std::to_string(vectors.size()) + " vectors for " + std::to_string(ranks) +
+                  " ranks: give one per rank",
+              offset);
+    for (std::size_t r = 0; r < vectors.size(); ++r)
+      if (vectors[r].size() != groups)
+        in.fail(error_code::schema_error,
+                what + (per_rank ? " of rank " + std::to_string(r) : std::string()) + " has " +
+                    std::to_string(vectors[r].size()) + " values, but the update has " + std::to_string(groups) +
+                    " groups (its sequences, or its microbatches where they declare none): give one value per group",
+                offset);
+  };
+  auto settle = [&](const group_measurement& m, const std::string& name, std::uint64_t offset) {
+    shaped(m.per_rank, m.from_per_rank, name, offset);
+    if (m.witness.empty()) return;
+    if (document.update.objective == objective_kind::weighted_token_mean)
+      in.fail(error_code::schema_error,
+              "the witness is defined for unweighted tokens (the j-th valid token's value is j); a weighted step "
+              "gives per_rank alone",
+              witness_offset_.value_or(offset));
+    if (m.witness.size() != m.per_rank.size())
+      in.fail(error_code::schema_error,
+              name + "'s witness has " + std::to_string(m.witness.size()) + " vectors beside " +
+                  std::to_string(m.per_rank.size()) + " in per_rank: shape it like per_rank",
+              witness_offset_.value_or(offset));
+    shaped(m.witness, m.from_per_rank, name + "'s witness", witness_offset_.value_or(offset));
+  };
+  settle(*observed.groups, "observed.per_rank", observed_offset_);
+  for (const group_measurement& site : observed.sites) settle(site, "site \"" + printable(site.site) + "\"", sites_offset_);
 }
 
 void gate_section::judge(const partition_file& document, const gradient_set&, std::vector<std::string>& failures) {
@@ -279,6 +489,17 @@ void gate_section::print_text(std::ostream& out, const partition_file&, const gr
   if (gate.ratio)
     out << "        unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ " << approximate(*gate.ratio)
         << "), no known mistake fits\n";
+  if (gate.groups) print_weights(out, gate.groups->rows, "        ");
+  for (const site_result& site : gate.sites) {
+    const bool agrees = !site.replica_difference && site.judgement.matches_objective;
+    out << "        site " << printable(site.name) << ": " << (agrees ? "weighs every group as the objective does" : "differs")
+        << "\n";
+    if (agrees) continue;
+    if (site.replica_difference) out << "          " << shorten(*site.replica_difference, 400) << "\n";
+    out << "          " << shorten(site.judgement.detail, 400) << "\n";
+    print_explanations(out, "  diagnosis:", site.judgement.diagnosis);
+    print_weights(out, site.judgement.rows, "          ");
+  }
   if (expectation_ && judged_expectation_held_)
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
 }
@@ -304,7 +525,30 @@ void gate_section::write_json(json_writer& json, const partition_file&, const gr
   write_explanations(json, gate.diagnosis);
   json.key("could_hide");
   write_explanations(json, gate.could_hide);
-  json.member("ratio", gate.ratio).end_object();
+  json.member("ratio", gate.ratio);
+  if (gate.groups) {
+    json.key("weights");
+    write_weights(json, gate.groups->rows);
+  }
+  if (!gate.sites.empty()) {
+    json.key("sites").begin_array();
+    for (const site_result& site : gate.sites) {
+      json.begin_object()
+          .member("name", site.name)
+          .member("matches_objective", site.judgement.matches_objective && !site.replica_difference)
+          .member("replica_difference", site.replica_difference)
+          .member("detail", site.judgement.detail)
+          .key("diagnosis");
+      write_explanations(json, site.judgement.diagnosis);
+      json.key("could_hide");
+      write_explanations(json, site.judgement.could_hide);
+      json.key("weights");
+      write_weights(json, site.judgement.rows);
+      json.end_object();
+    }
+    json.end_array();
+  }
+  json.end_object();
 }
 
 std::optional<std::string> gate_section::failure_summary() const {
@@ -316,6 +560,11 @@ std::optional<std::string> gate_section::failure_summary() const {
   const std::string names = join(names_of(given_explanations(gate)));
   if (!names.empty()) message += gate.verdict == gate_verdict::fail ? ": diagnosed as " + names : ": could hide " + names;
   else if (gate.ratio) message += ": unexplained, observed/objective = " + to_string(*gate.ratio);
+  for (const site_result& site : gate.sites)
+    if (site.replica_difference || !site.judgement.matches_objective) {
+      const std::string site_names = join(names_of(site.judgement.diagnosis));
+      message += "; site " + printable(site.name) + (site_names.empty() ? " differs" : " diagnosed as " + site_names);
+    }
   return message;
 }
 

@@ -1,5 +1,7 @@
 #include "normcheck/simulation/simulate.hpp"
 
+#include "normcheck/core/gradients.hpp"
+
 
 #include <algorithm>
 #include <bit>
@@ -57,44 +59,46 @@ struct moments {
   vector gradient_sum_at(const vector& theta) const { return gradient_sum(gram, target_moment, theta); }
 };
 
-// The gradient of the rank's local scalar at θ, or nullopt where that scalar is 0/0.
-std::optional<vector> local_gradient(const rank_batch& rank, const vector& theta, strategy loss_scale,
-                                     std::size_t world_size, std::uint64_t global_tokens) {
-  const std::size_t d = theta.size();
-  moments all(d);
-  for (const microbatch_moments& m : rank.microbatches) all.add(m);
-  vector sum = all.gradient_sum_at(theta);
-  switch (loss_scale) {
-    case strategy::local_mean: {
-      const std::uint64_t n = rank.valid_tokens();
-      if (n == 0) return std::nullopt;
-      scale_by(sum, rational(1) / n);
-      return sum;
+// One step's counts as the normalization table reads them: each microbatch's valid tokens and padding.
+partition counts_of(const step_batch& batch) {
+  partition counts;
+  for (const rank_batch& rank : batch.ranks) {
+    rank_stats& stats = counts.ranks.emplace_back();
+    for (const microbatch_moments& m : rank.microbatches) {
+      microbatch_stats& microbatch = stats.microbatches.emplace_back();
+      microbatch.valid_tokens = m.valid_tokens;
+      microbatch.padding = m.padding;
     }
-    case strategy::local_sum: return sum;
-    case strategy::scaled_sum: {
-      rational factor = rational(world_size) / global_tokens;
-      scale_by(sum, factor);
-      return sum;
-    }
-    case strategy::global_share: {
-      scale_by(sum, rational(1) / global_tokens);
-      return sum;
-    }
-    case strategy::microbatch_mean: {
-      vector total = zeros(d);
-      for (const microbatch_moments& m : rank.microbatches) {
-        if (m.valid_tokens == 0) return std::nullopt;
-        vector mean = gradient_sum(m.gram, m.target_moment, theta);
-        scale_by(mean, rational(1) / m.valid_tokens);
-        add_to(total, mean);
-      }
-      scale_by(total, rational(1) / rank.microbatches.size());
-      return total;
-    }
-    case strategy::global_mean: break;  // not a local scalar; the reader refuses it
   }
-  return std::nullopt;
+  return counts;
+}
+
+// The gradient of rank r's local scalar at θ: Σₘ cₘ·∇Sₘ(θ), cₘ the coefficient the normalization table gives
+// microbatch m (one coefficient for the whole rank unless it changes from microbatch to microbatch); nullopt
+// where that scalar is 0/0.
+std::optional<vector> local_gradient(const objective_units& counts, std::size_t r, const rank_batch& rank,
+                                     const vector& theta, strategy loss_scale) {
+  const normalization& n = normalization_of(loss_scale);
+  const std::size_t d = theta.size();
+  if (n.level == scope::update || n.level == scope::rank) {
+    const std::optional<rational> c = local_coefficient(counts, n, {r, 0, 0});
+    if (!c) return std::nullopt;
+    moments all(d);
+    for (const microbatch_moments& m : rank.microbatches) all.add(m);
+    vector sum = all.gradient_sum_at(theta);
+    if (*c != 1) scale_by(sum, *c);
+    return sum;
+  }
+  vector total = zeros(d);
+  for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+    const std::optional<rational> c = local_coefficient(counts, n, {r, m, 0});
+    if (!c) return std::nullopt;
+    const microbatch_moments& microbatch = rank.microbatches[m];
+    vector part = gradient_sum(microbatch.gram, microbatch.target_moment, theta);
+    scale_by(part, *c);
+    add_to(total, part);
+  }
+  return total;
 }
 
 rational squared_norm(const vector& v) {
@@ -300,6 +304,10 @@ simulation simulate(const scenario& s) {
     const std::uint64_t step = index + 1;
     const step_batch& batch = s.steps[index];
     const std::uint64_t global_tokens = batch.valid_tokens();
+    const partition counts = counts_of(batch);
+    const objective_units units(counts, objective_kind::token_mean);
+    // The objective's weight 1/N, from the same table as every local scalar.
+    const rational objective_weight = local_coefficient(units, normalization_of(strategy::global_mean), {}).value();
     moments all(d);
     for (const rank_batch& rank : batch.ranks)
       for (const microbatch_moments& m : rank.microbatches) all.add(m);
@@ -335,14 +343,14 @@ simulation simulate(const scenario& s) {
       rs.start = states[r];
       rs.valid_tokens = batch.ranks[r].valid_tokens();
       rs.learning_rate = optimizer.schedule.rate(states[r].scheduler_position);
-      std::optional<vector> local = local_gradient(batch.ranks[r], states[r].theta, s.loss_scale, world_size, global_tokens);
+      std::optional<vector> local = local_gradient(units, r, batch.ranks[r], states[r].theta, s.loss_scale);
       if (!local) {
         undefined.push_back(r);
         continue;
       }
       rs.local_gradient = std::move(*local);
       rs.objective_gradient = all.gradient_sum_at(states[r].theta);
-      scale_by(rs.objective_gradient, rational(1) / global_tokens);
+      scale_by(rs.objective_gradient, objective_weight);
     }
     if (!undefined.empty()) {
       run.stopped = halt{step, halt_cause::undefined_local_loss, {}, {}, undefined};
@@ -366,7 +374,7 @@ simulation simulate(const scenario& s) {
     reference_step& ref = record.reference;
     ref.learning_rate = optimizer.schedule.rate(reference.scheduler_position);
     ref.gradient = all.gradient_sum_at(reference.theta);
-    scale_by(ref.gradient, rational(1) / global_tokens);
+    scale_by(ref.gradient, objective_weight);
     ref.applied_gradient = clip(ref.gradient, ref.gradient, optimizer, ref.clip);
     ref.end = sgd_step(reference, ref.applied_gradient, ref.learning_rate, optimizer);
     reference = ref.end;

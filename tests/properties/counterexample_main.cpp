@@ -22,7 +22,7 @@ namespace {
 
 int usage() {
   std::cerr << "usage: normcheck_counterexample NORMALIZATION [--documented]\nplanted normalizations:";
-  for (const normalization& n : planted_wrong_normalizations()) std::cerr << " \"" << n.name << "\"";
+  for (const normalization_under_test& n : planted_wrong_normalizations()) std::cerr << " \"" << n.name << "\"";
   std::cerr << "\n";
   return 2;
 }
@@ -30,7 +30,7 @@ int usage() {
 std::string show(const std::optional<rational>& value) { return value ? to_string(*value) : std::string("undefined"); }
 
 // The failing claim's tokens with the values the library computes, and a description that says what is wrong.
-std::string documented(const normalization& n, const claim& failing) {
+std::string documented(const normalization_under_test& n, const claim& failing) {
   const partition update = to_partition(failing.tokens);
   document_options options;
   std::string wrong;
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) return usage();
   const bool with_true_values = argc == 3 && std::string(argv[2]) == "--documented";
   if (argc == 3 && !with_true_values) return usage();
-  const std::optional<normalization> n = normalization_named(argv[1]);
+  const std::optional<normalization_under_test> n = normalization_named(argv[1]);
   if (!n) return usage();
 
   const std::string name = "compensation for " + n->name;

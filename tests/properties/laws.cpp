@@ -162,30 +162,30 @@ void raise_first_token(std::vector<token>& microbatch) {
 
 }  // namespace
 
-std::string normalization::describe() const {
+std::string normalization_under_test::describe() const {
   return name + " (" + name_of(under_mean) + " under the mean reducer, " + name_of(under_sum) + " under the sum reducer)";
 }
 
-normalization objective_gradient() { return {"objective", strategy::global_mean, strategy::global_mean}; }
-normalization compensated() { return {"compensated", strategy::scaled_sum, strategy::global_share}; }
-normalization local_means_averaged() { return {"local means averaged", strategy::local_mean, strategy::local_mean}; }
-normalization w_factor_dropped() { return {"W factor dropped", strategy::global_share, strategy::global_share}; }
-normalization w_applied_under_sum() {
+normalization_under_test objective_gradient() { return {"objective", strategy::global_mean, strategy::global_mean}; }
+normalization_under_test compensated() { return {"compensated", strategy::scaled_sum, strategy::global_share}; }
+normalization_under_test local_means_averaged() { return {"local means averaged", strategy::local_mean, strategy::local_mean}; }
+normalization_under_test w_factor_dropped() { return {"W factor dropped", strategy::global_share, strategy::global_share}; }
+normalization_under_test w_applied_under_sum() {
   return {"W applied under the sum reducer", strategy::scaled_sum, strategy::scaled_sum};
 }
-normalization per_microbatch_denominator() {
+normalization_under_test per_microbatch_denominator() {
   return {"per-microbatch denominator", strategy::microbatch_mean, strategy::microbatch_mean};
 }
 
-std::vector<normalization> planted_wrong_normalizations() {
+std::vector<normalization_under_test> planted_wrong_normalizations() {
   return {local_means_averaged(), w_factor_dropped(), w_applied_under_sum(), per_microbatch_denominator()};
 }
 
-std::optional<normalization> normalization_named(std::string_view name) {
-  std::vector<normalization> all = planted_wrong_normalizations();
+std::optional<normalization_under_test> normalization_named(std::string_view name) {
+  std::vector<normalization_under_test> all = planted_wrong_normalizations();
   all.push_back(objective_gradient());
   all.push_back(compensated());
-  for (const normalization& n : all)
+  for (const normalization_under_test& n : all)
     if (n.name == name) return n;
   return std::nullopt;
 }
@@ -220,7 +220,7 @@ const counterexample& last_counterexample() { return last; }
 
 void forget_counterexample() { last = counterexample{}; }
 
-law partition_invariance(const normalization& n) {
+law partition_invariance(const normalization_under_test& n) {
   return [n] {
     const token_partition original = *gen_update_with_tokens();
     const transformed changed = *transform(original);
@@ -236,7 +236,7 @@ law partition_invariance(const normalization& n) {
   };
 }
 
-law compensation(const normalization& n) {
+law compensation(const normalization_under_test& n) {
   return [n] {
     const token_partition update = *gen_update_with_tokens();
     const strategy s = n.under(update.reducer);
@@ -250,7 +250,7 @@ law compensation(const normalization& n) {
   };
 }
 
-law wrong_scale(const normalization& n) {
+law wrong_scale(const normalization_under_test& n) {
   return [n] {
     const token_partition update = *gen_update_with_tokens();
     const rational objective = *oracle::token_mean(update);
@@ -273,7 +273,7 @@ law wrong_scale(const normalization& n) {
   };
 }
 
-law equal_partition_control(const normalization& n) {
+law equal_partition_control(const normalization_under_test& n) {
   return [n] {
     const std::size_t world_size = *gen_world_size();
     const std::size_t count = 1 + *natural_below(8);
@@ -291,7 +291,7 @@ law equal_partition_control(const normalization& n) {
   };
 }
 
-law unequal_counts_expose_bias(const normalization& n) {
+law unequal_counts_expose_bias(const normalization_under_test& n) {
   return [n] {
     const std::size_t world_size = *gen_world_size(2);
     std::vector<std::size_t> counts(world_size);
@@ -323,7 +323,7 @@ law unequal_counts_expose_bias(const normalization& n) {
   };
 }
 
-law empty_rank_handling(const normalization& n) {
+law empty_rank_handling(const normalization_under_test& n) {
   return [n] {
     const token_partition update = *gen_update_with_tokens();
     const with_empty_rank grown = *add_empty_rank(update);
@@ -358,7 +358,7 @@ law all_empty_rejection(const rc::Gen<token_partition>& updates) {
 
 law all_empty_rejection() { return all_empty_rejection(gen_all_empty()); }
 
-law theta_linearity(const normalization& n) {
+law theta_linearity(const normalization_under_test& n) {
   return [n] {
     token_partition update = *gen_update_with_tokens();
     const rational mean_target = *oracle::target_mean(update);
@@ -378,7 +378,7 @@ law theta_linearity(const normalization& n) {
   };
 }
 
-law accumulation(const normalization& n) {
+law accumulation(const normalization_under_test& n) {
   return [n] {
     const token_partition update = *gen_update_with_tokens();
     const token_partition resplit = *split_microbatches(update);
@@ -394,7 +394,7 @@ law accumulation(const normalization& n) {
   };
 }
 
-law equal_microbatches_control(const normalization& n) {
+law equal_microbatches_control(const normalization_under_test& n) {
   return [n] {
     const std::size_t world_size = *gen_world_size();
     const std::size_t microbatches = 1 + *natural_below(4);
@@ -417,7 +417,7 @@ law equal_microbatches_control(const normalization& n) {
   };
 }
 
-law microbatch_split_exposes_bias(const normalization& n) {
+law microbatch_split_exposes_bias(const normalization_under_test& n) {
   return [n] {
     const std::size_t world_size = *gen_world_size();
     const std::size_t uneven = *uniform_index(world_size);
@@ -522,7 +522,7 @@ std::string reproduce_params(const std::string& name, const rc::detail::FailureR
   return "RC_PARAMS=\"" + rc::detail::configToMinimalString(config) + "\"";
 }
 
-law weighted_compensation(const normalization& n) {
+law weighted_compensation(const normalization_under_test& n) {
   return [n] {
     const token_partition update = *gen_weighted_update();
     const strategy s = n.under(update.reducer);
@@ -536,7 +536,7 @@ law weighted_compensation(const normalization& n) {
   };
 }
 
-law unit_weights(const normalization& n) {
+law unit_weights(const normalization_under_test& n) {
   return [n] {
     const token_partition plain = *gen_update_with_tokens();
     const token_partition update = *with_weights(plain, rc::gen::just(rational(1)));
@@ -549,7 +549,7 @@ law unit_weights(const normalization& n) {
   };
 }
 
-law weight_scaling(const normalization& n) {
+law weight_scaling(const normalization_under_test& n) {
   return [n] {
     const token_partition update = *gen_weighted_update();
     rational k = abs(*gen_rational());

@@ -22,7 +22,7 @@
 namespace normcheck::properties {
 
 /// A normalization under test: the strategy whose gradient is taken under each reducer.
-struct normalization {
+struct normalization_under_test {
   std::string name;
   strategy under_mean;
   strategy under_sum;
@@ -34,21 +34,21 @@ struct normalization {
 };
 
 /// The objective itself: global_mean under either reducer.
-normalization objective_gradient();
+normalization_under_test objective_gradient();
 /// The compensation: scaled_sum (W·Sᵣ/N) under the mean reducer, global_share (Sᵣ/N) under the sum reducer.
-normalization compensated();
+normalization_under_test compensated();
 /// Each rank's local mean Sᵣ/nᵣ under either reducer.
-normalization local_means_averaged();
+normalization_under_test local_means_averaged();
 /// Sᵣ/N under either reducer: the W factor is dropped under the mean reducer.
-normalization w_factor_dropped();
+normalization_under_test w_factor_dropped();
 /// W·Sᵣ/N under either reducer: the W factor is applied although the sum reducer does not divide.
-normalization w_applied_under_sum();
+normalization_under_test w_applied_under_sum();
 /// Each microbatch's own mean, averaged: the denominator is the microbatch's count, not the update's N.
-normalization per_microbatch_denominator();
+normalization_under_test per_microbatch_denominator();
 /// The planted wrong normalizations every harness run must catch.
-std::vector<normalization> planted_wrong_normalizations();
+std::vector<normalization_under_test> planted_wrong_normalizations();
 /// The normalization named `name` (objective, compensated or a planted one), if any.
-std::optional<normalization> normalization_named(std::string_view name);
+std::optional<normalization_under_test> normalization_named(std::string_view name);
 
 /// One claim of a law about one update: the document it makes, and what must hold for it.
 struct claim {
@@ -87,41 +87,41 @@ using law = std::function<void()>;
 
 /// Law 1: `n` (the objective) equals the token mean, and is unchanged by repartition, rank permutation,
 /// microbatch split and added padding.
-law partition_invariance(const normalization& n = objective_gradient());
+law partition_invariance(const normalization_under_test& n = objective_gradient());
 /// Law 2: `n` equals the objective for every update with N > 0, under either reducer.
-law compensation(const normalization& n = compensated());
+law compensation(const normalization_under_test& n = compensated());
 /// Law 3: under the other reducer `n` is off by exactly W, and local_sum is (N/W)·objective under mean.
-law wrong_scale(const normalization& n = compensated());
+law wrong_scale(const normalization_under_test& n = compensated());
 /// Law 4, control: with equal non-zero counts on every rank, `n` under the mean reducer equals the objective.
-law equal_partition_control(const normalization& n = local_means_averaged());
+law equal_partition_control(const normalization_under_test& n = local_means_averaged());
 /// Law 4, bias: with two different non-zero counts, targets are found on which `n` is the rank-weighted
 /// mean and differs from the objective.
-law unequal_counts_expose_bias(const normalization& n = local_means_averaged());
+law unequal_counts_expose_bias(const normalization_under_test& n = local_means_averaged());
 /// Law 5: an added empty rank changes nothing for `n` (with its own W), and local_mean is undefined.
-law empty_rank_handling(const normalization& n = compensated());
+law empty_rank_handling(const normalization_under_test& n = compensated());
 /// Law 6: every update of `updates` (by default every update with N = 0) is rejected with no_valid_tokens.
 law all_empty_rejection(const rc::Gen<token_partition>& updates);
 /// Law 6 on every update with N = 0, any W and any amount of padding.
 law all_empty_rejection();
 /// Law 7: at every θ, global_mean is θ − mean(y), and so is `n`.
-law theta_linearity(const normalization& n = compensated());
+law theta_linearity(const normalization_under_test& n = compensated());
 /// Law 8: `n` is unchanged when each rank's tokens are cut into microbatches afresh.
-law accumulation(const normalization& n = compensated());
+law accumulation(const normalization_under_test& n = compensated());
 /// Law 8, control: when every microbatch holds the same count, `n` equals the objective.
-law equal_microbatches_control(const normalization& n = per_microbatch_denominator());
+law equal_microbatches_control(const normalization_under_test& n = per_microbatch_denominator());
 /// Law 8, bias: with unequal microbatch counts, targets are found on which `n` depends on the split.
-law microbatch_split_exposes_bias(const normalization& n = per_microbatch_denominator());
+law microbatch_split_exposes_bias(const normalization_under_test& n = per_microbatch_denominator());
 /// Law 9: the fixed examples, each a claim (by default the nine reference checks of the derivation).
 law fixed_examples(const std::vector<claim>& examples);
 /// The nine reference checks as claims.
 std::vector<claim> reference_claims();
 
 /// Weighted law 1: under the weighted objective `n` equals Σw·(θ − y)/Σw, under either reducer.
-law weighted_compensation(const normalization& n = compensated());
+law weighted_compensation(const normalization_under_test& n = compensated());
 /// Weighted law 2: with every weight 1, `n` equals the (unweighted) token mean of θ − y.
-law unit_weights(const normalization& n = compensated());
+law unit_weights(const normalization_under_test& n = compensated());
 /// Weighted law 3: multiplying every weight by one k > 0 leaves `n` unchanged.
-law weight_scaling(const normalization& n = compensated());
+law weight_scaling(const normalization_under_test& n = compensated());
 /// Weighted law 4: every update of `updates` (by default: tokens whose weights are all 0) is rejected
 /// with no_valid_tokens.
 law zero_mass_rejection(const rc::Gen<token_partition>& updates);

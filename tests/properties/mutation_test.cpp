@@ -50,21 +50,21 @@ void require_replayed_as_failure(const counterexample& found) {
 }  // namespace
 
 TEST_CASE("every planted wrong normalization breaks compensation") {
-  for (const normalization& n : planted_wrong_normalizations()) {
+  for (const normalization_under_test& n : planted_wrong_normalizations()) {
     const counterexample found = require_small_counterexample("compensation for " + n.name, compensation(n));
     require_replayed_as_failure(found);
   }
 }
 
 TEST_CASE("the laws parametrized by the normalization catch every planted one") {
-  const std::vector<std::pair<std::string, std::function<law(const normalization&)>>> laws{
-      {"wrong scale", [](const normalization& n) { return wrong_scale(n); }},
-      {"empty-rank handling", [](const normalization& n) { return empty_rank_handling(n); }},
-      {"theta-linearity", [](const normalization& n) { return theta_linearity(n); }},
-      {"accumulation", [](const normalization& n) { return accumulation(n); }},
+  const std::vector<std::pair<std::string, std::function<law(const normalization_under_test&)>>> laws{
+      {"wrong scale", [](const normalization_under_test& n) { return wrong_scale(n); }},
+      {"empty-rank handling", [](const normalization_under_test& n) { return empty_rank_handling(n); }},
+      {"theta-linearity", [](const normalization_under_test& n) { return theta_linearity(n); }},
+      {"accumulation", [](const normalization_under_test& n) { return accumulation(n); }},
   };
   for (const auto& [law_name, make] : laws)
-    for (const normalization& n : planted_wrong_normalizations()) {
+    for (const normalization_under_test& n : planted_wrong_normalizations()) {
       const counterexample found = require_small_counterexample(law_name + " for " + n.name, make(n));
       require_replayed_as_failure(found);
     }
@@ -104,12 +104,12 @@ TEST_CASE("the reference checks catch a wrong fact") {
 }
 
 TEST_CASE("the weighted laws catch every planted normalization and a mass left out") {
-  for (const normalization& n : planted_wrong_normalizations()) {
+  for (const normalization_under_test& n : planted_wrong_normalizations()) {
     require_replayed_as_failure(require_small_counterexample("weighted compensation for " + n.name, weighted_compensation(n)));
     require_replayed_as_failure(require_small_counterexample("unit weights for " + n.name, unit_weights(n)));
   }
   // Each rank backpropagates its weighted loss sum Sᵣ: scaling the weights scales the gradient.
-  const normalization mass_left_out{"mass left out", strategy::local_sum, strategy::local_sum};
+  const normalization_under_test mass_left_out{"mass left out", strategy::local_sum, strategy::local_sum};
   require_replayed_as_failure(require_small_counterexample("weight scaling for mass left out", weight_scaling(mass_left_out)));
   require_replayed_as_failure(
       require_small_counterexample("zero-mass rejection of updates with mass", zero_mass_rejection(gen_weighted_update())));

@@ -151,6 +151,60 @@ TEST_CASE("a rank with no line misses every call when W is given") {
   CHECK(verdict.first_problem->missing == std::vector<std::size_t>{1});
 }
 
+TEST_CASE("a recorded source line is read, printed with the call, and tells a skipped call of one shape") {
+  // Two all-reduces of one shape, labelled alike, issued from two lines; rank 1 skips the first, so its
+  // second pairs with rank 0's first and rank 0 waits in its second.
+  auto at = [](int rank, int seq, const std::string& source) {
+    return "{\"rank\": " + std::to_string(rank) + ", \"step\": 0, \"seq\": " + std::to_string(seq) +
+           ", \"op\": \"all_reduce\", \"tensor\": \"all_reduce\", \"shape\": [1], \"dtype\": \"float32\", "
+           "\"source\": \"" + source + "\"}\n";
+  };
+  collective_trace trace;
+  trace.add_text(at(0, 0, "train.py:88") + at(0, 1, "train.py:95"), "rank0.jsonl");
+  trace.add_text(at(1, 0, "train.py:95"), "rank1.jsonl");
+  REQUIRE(trace.sources().size() == 2);
+  CHECK(trace.sources()[trace.calls()[0].source] == "train.py:88");
+  const trace_verdict verdict = check_trace(trace);
+  REQUIRE(verdict.first_problem);
+  CHECK(verdict.first_problem->position == 1);
+  CHECK(verdict.first_problem->missing == std::vector<std::size_t>{1});
+  CHECK(has_note(*verdict.first_problem, "source lines first differ at position 0 of step 0: train.py:88 on rank 0, "
+                                         "train.py:95 on rank 1"));
+  std::ostringstream text, json;
+  print_trace_verdict(text, trace, verdict);
+  print_trace_verdict_json(json, trace, verdict);
+  CHECK(text.str().find("issued at") != std::string::npos);
+  CHECK(text.str().find("train.py:95") != std::string::npos);
+  CHECK(json.str().find("\"source\": \"train.py:95\"") != std::string::npos);
+}
+
+TEST_CASE("a call is taken for the others' next one only when it comes from the same line") {
+  // Rank 0 issues a count at line 10, then an all-reduce of [4] at line 20; rank 1 issues an all-reduce
+  // of [4] first: from line 20 it skipped the count, from line 30 it is some other call.
+  auto at = [](int rank, int seq, const std::string& shape, const std::string& source) {
+    return "{\"rank\": " + std::to_string(rank) + ", \"step\": 0, \"seq\": " + std::to_string(seq) +
+           ", \"op\": \"all_reduce\", \"tensor\": \"t\", \"shape\": " + shape +
+           ", \"dtype\": \"float32\", \"source\": \"" + source + "\"}\n";
+  };
+  for (const std::string line : {"a.py:20", "a.py:30"}) {
+    collective_trace trace;
+    trace.add_text(at(0, 0, "[1]", "a.py:10") + at(0, 1, "[4]", "a.py:20"), "rank0.jsonl");
+    trace.add_text(at(1, 0, "[4]", line), "rank1.jsonl");
+    const trace_verdict verdict = check_trace(trace);
+    REQUIRE(verdict.first_problem);
+    const bool skipped = line == "a.py:20";
+    CHECK(verdict.first_problem->missing_call == skipped);
+    CHECK(has_note(*verdict.first_problem, "rank 1 skipped all_reduce t [1] float32 (step 0, seq 0, issued at a.py:10") ==
+          skipped);
+  }
+}
+
+TEST_CASE("reduce, gather, scatter and all_to_all are read as ops") {
+  for (const std::string op : {"reduce", "gather", "scatter", "all_to_all"})
+    CHECK_FALSE(verdict_of({call(0, 1, 0, "t", "[2]", "float32", op) + call(1, 1, 0, "t", "[2]", "float32", op)})
+                    .first_problem);
+}
+
 TEST_CASE("a barrier needs no tensor") {
   const std::string text = "{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"barrier\"}\n"
                            "{\"rank\": 1, \"step\": 1, \"seq\": 0, \"op\": \"barrier\"}\n";

@@ -17,7 +17,7 @@
 namespace normcheck {
 
 /// The collective operations a trace may name.
-enum class collective_op { all_reduce, broadcast, all_gather, reduce_scatter, barrier };
+enum class collective_op { all_reduce, broadcast, all_gather, reduce_scatter, barrier, reduce, gather, scatter, all_to_all };
 
 /// The stable name, e.g. "all_reduce".
 std::string_view collective_op_name(collective_op op) noexcept;
@@ -42,6 +42,7 @@ struct collective_call {
   std::uint32_t signature = 0;  ///< index into collective_trace::signatures
   std::uint32_t tensor = 0;     ///< index into collective_trace::tensor_names
   std::uint32_t file = 0;       ///< index into collective_trace::files
+  std::uint32_t source = 0;     ///< index into collective_trace::sources: where the program issued it ("" if not given)
   std::uint64_t step = 0;
   std::uint64_t seq = 0;        ///< the rank's call counter: consecutive on each rank
   std::uint64_t line = 0;       ///< 1-based line in its file
@@ -62,19 +63,24 @@ public:
   const std::vector<call_signature>& signatures() const noexcept { return signatures_; }
   /// The distinct tensor names.
   const std::vector<std::string>& tensor_names() const noexcept { return tensor_names_; }
+  /// The distinct source locations ("file:line" of the program's call; "" for a line without one).
+  const std::vector<std::string>& sources() const noexcept { return sources_; }
   /// The files read, in order.
   const std::vector<std::string>& files() const noexcept { return files_; }
 
 private:
   std::uint32_t intern_signature(const call_signature& signature);
   std::uint32_t intern_name(std::string_view name);
+  std::uint32_t intern_source(std::string_view source);
 
   std::vector<collective_call> calls_;
   std::vector<call_signature> signatures_;
   std::vector<std::string> tensor_names_;
+  std::vector<std::string> sources_;
   std::vector<std::string> files_;
   std::unordered_map<std::string, std::uint32_t> signature_index_;
   std::unordered_map<std::string, std::uint32_t> name_index_;
+  std::unordered_map<std::string, std::uint32_t> source_index_;
   std::string key_;  // reused to look signatures up without allocating
 };
 

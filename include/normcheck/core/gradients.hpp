@@ -1,8 +1,10 @@
 #pragma once
 /// \file core/gradients.hpp
-/// The gradient strategies: what DDP delivers when every rank backpropagates a given local scalar
-/// and the reducer combines the ranks' gradients ((1/W)Σ for mean, Σ for sum).
+/// The gradient strategies of the report: what DDP delivers when every rank backpropagates a given local
+/// scalar and the reducer combines the ranks' gradients ((1/W)Σ for mean, Σ for sum). Each is an entry of
+/// the normalization table (core/normalization.hpp), evaluated in the update's objective's units.
 
+#include "normcheck/core/normalization.hpp"
 #include "normcheck/core/partition.hpp"
 
 #include <array>
@@ -11,8 +13,10 @@
 
 namespace normcheck {
 
-/// A local backward scalar, or the objective itself. Under the weighted objective Sᵣ is the weighted
-/// loss sum Σwᵢℓᵢ and each count takes its mass: N → M, nᵣ → mᵣ, nᵣₘ → mᵣₘ.
+/// A local backward scalar, or the objective itself. Sᵣ is the rank's loss sum in the objective's terms (the
+/// weighted sum Σwᵢℓᵢ under the weighted objective, Σₛ Sₛ/nₛ under sequence_mean) and each count takes the
+/// objective's units: N → M, nᵣ → mᵣ, nᵣₘ → mᵣₘ under weights; B, bᵣ, bᵣₘ (sequences) under the sequence
+/// objectives; the normalizer C for N under constant.
 enum class strategy {
   global_mean,      ///< ΣSᵣ/N: the gradient of the (weighted) token-mean objective, whatever the reducer
   local_mean,       ///< each rank Sᵣ/nᵣ (undefined when a rank has no valid token)
@@ -31,11 +35,14 @@ inline constexpr std::array<strategy, 6> all_strategies{
 std::string_view strategy_name(strategy s) noexcept;
 /// The strategy named `name`, if any.
 std::optional<strategy> strategy_from_name(std::string_view name) noexcept;
-/// The local scalar each rank backpropagates, e.g. "W·Sᵣ/N" (or "W·Sᵣ/M" under the weighted objective).
-std::string_view strategy_formula(strategy s, objective_kind objective = objective_kind::token_mean) noexcept;
-/// What the strategy divides by: "N", "nᵣ", "nᵣₘ" or "none" under the token mean; "M", "mᵣ", "mᵣₘ" under
-/// the weighted one.
-std::string_view strategy_denominator(strategy s, objective_kind objective = objective_kind::token_mean) noexcept;
+/// The strategy's entry in the normalization table.
+const normalization& normalization_of(strategy s) noexcept;
+/// The local scalar each rank backpropagates, e.g. "W·Sᵣ/N" ("W·Sᵣ/M" under the weighted objective, "W·Sᵣ/B"
+/// under the sequence objectives, "W·Sᵣ/C" under constant).
+std::string strategy_formula(strategy s, objective_kind objective = objective_kind::token_mean);
+/// What the strategy divides by: "N", "nᵣ", "nᵣₘ" or "none" under the token mean, the objective's own counts
+/// under the others.
+std::string strategy_denominator(strategy s, objective_kind objective = objective_kind::token_mean);
 
 /// The synchronized gradient under `p.reducer`, or nullopt where the strategy is undefined (a rank or
 /// microbatch whose count, or mass, it divides by is 0).
@@ -47,8 +54,9 @@ using gradient_set = std::array<std::optional<rational>, all_strategies.size()>;
 /// Computes every strategy; throws `error(no_valid_tokens)` when N = 0.
 gradient_set compute_gradients(const partition& p);
 
-/// Throws `error(no_valid_tokens)` when the update holds no valid token, or under the weighted objective
-/// when every valid token weighs 0 (M = 0).
+/// Throws `error(no_valid_tokens)` when the update holds no valid token, under the weighted objective
+/// when every valid token weighs 0 (M = 0), and under the sequence objectives when no sequence holds a
+/// valid token (B = 0).
 void require_valid_tokens(const partition& p);
 
 }  // namespace normcheck

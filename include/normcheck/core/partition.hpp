@@ -29,13 +29,22 @@ std::optional<reducer_kind> reducer_from_name(std::string_view name) noexcept;
 /// Every spelling, for messages: "mean or sum".
 std::string reducer_alternatives();
 
-/// What one update's optimizer step minimizes.
+/// What one update's optimizer step minimizes. B counts the update's sequences that hold a valid token,
+/// nₛ the valid tokens of sequence s.
 enum class objective_kind {
   token_mean,           ///< L = Σℓᵢ / N: every valid token counts once
   weighted_token_mean,  ///< L = Σwᵢℓᵢ / M with M = Σwᵢ: tokens carry exact non-negative weights
+  sequence_mean,        ///< L = (1/B)·Σₛ (Σ_{i∈s} ℓᵢ)/nₛ: every sequence counts once, its tokens share its weight
+  sequence_sum_mean,    ///< L = (1/B)·Σₛ Σ_{i∈s} ℓᵢ: the mean over sequences of each sequence's loss sum
+  constant,             ///< L = Σℓᵢ / C with a declared normalizer C (a fixed budget such as B·L_max)
 };
 
-/// "token_mean" or "weighted_token_mean".
+/// Whether the objective is defined over sequences (every microbatch with a valid token declares them).
+constexpr bool counts_sequences(objective_kind objective) noexcept {
+  return objective == objective_kind::sequence_mean || objective == objective_kind::sequence_sum_mean;
+}
+
+/// "token_mean", "weighted_token_mean", "sequence_mean", "sequence_sum_mean" or "constant".
 std::string_view objective_name(objective_kind objective) noexcept;
 /// The objective spelled `name`, if any.
 std::optional<objective_kind> objective_from_name(std::string_view name) noexcept;
@@ -74,7 +83,7 @@ struct weighted_sums {
   rational target_abs_sum;   ///< Σ w·|y|
 };
 
-/// The target sums of one microbatch's valid tokens.
+/// The target sums of a group's valid tokens.
 struct target_sums {
   rational sum;      ///< Σ y
   rational abs_sum;  ///< Σ |y| (for error bounds)
@@ -82,10 +91,10 @@ struct target_sums {
   boxed<weighted_sums> weighted;
 };
 
-/// One microbatch: how many valid tokens it holds, how many padded positions, and its target sums. A
-/// microbatch whose sums are all 0 (no valid token, say) keeps none: an update of a million empty
-/// microbatches costs a few bytes each.
-struct microbatch_stats {
+/// The tokens of one group, the finest unit the gate measures (a sequence, or a microbatch that declares
+/// none): how many valid tokens, how many padded positions, and the target sums. A group whose sums are all
+/// 0 (no valid token, say) keeps none: an update of a million empty microbatches costs a few bytes each.
+struct group_stats {
   std::uint64_t valid_tokens = 0;
   std::uint64_t padding = 0;
   boxed<target_sums> sums;  ///< absent: every sum is 0
@@ -96,7 +105,7 @@ struct microbatch_stats {
   const rational& target_abs_sum() const { return sums ? sums->abs_sum : zero(); }
   /// Whether the tokens carry weights with a sum other than 0.
   bool weighted() const { return sums && sums->weighted.has_value(); }
-  /// mₘ: the weight mass, Σw; the valid-token count nₘ when the tokens carry no weights.
+  /// The weight mass, Σw; the valid-token count when the tokens carry no weights.
   rational mass() const;
   /// Σ w·y (Σ y without weights).
   const rational& weighted_target_sum() const { return weighted() ? sums->weighted->target_sum : target_sum(); }
@@ -107,9 +116,25 @@ struct microbatch_stats {
   /// Sets the sums (kept only when one of them is not 0).
   void set_sums(target_sums values);
 
-private:
+protected:
   static const rational& zero();
 };
+
+/// One microbatch: its totals over all its tokens and, when it declares sequences, each sequence. Without
+/// sequences the microbatch is one group.
+struct microbatch_stats : group_stats {
+  boxed<std::vector<group_stats>> sequences;  ///< absent: no sequences declared
+
+  /// The groups the gate measures in this microbatch: its sequences, or 1 for the microbatch itself.
+  std::size_t group_count() const { return sequences ? sequences->size() : 1; }
+  /// Group i (0 ≤ i < group_count()).
+  const group_stats& group(std::size_t i) const { return sequences ? (*sequences)[i] : *this; }
+  /// The declared sequences that hold a valid token (0 without sequences).
+  std::uint64_t sequence_count() const;
+};
+
+/// A microbatch made of `sequences` (at least one): its totals are theirs.
+microbatch_stats make_sequenced_microbatch(std::vector<group_stats> sequences);
 
 /// One rank's share of the update, microbatches in order (at least one).
 struct rank_stats {
@@ -125,6 +150,8 @@ struct rank_stats {
   rational weighted_target_sum() const;
   /// mᵣ: the weight mass over all microbatches (nᵣ without weights).
   rational mass() const;
+  /// The rank's declared sequences that hold a valid token.
+  std::uint64_t sequence_count() const;
 };
 
 /// The update: ranks in rank order, the reducer, the parameter value θ and the objective. Under the
@@ -134,6 +161,7 @@ struct partition {
   reducer_kind reducer = reducer_kind::mean;
   rational theta;
   objective_kind objective = objective_kind::token_mean;
+  rational normalizer;  ///< C under the constant objective (positive); 0 otherwise
 
   /// W: the ranks in the reduction.
   std::uint64_t world_size() const { return ranks.size(); }
@@ -141,11 +169,17 @@ struct partition {
   std::uint64_t valid_tokens() const;
   /// M: the weight mass of the whole update (N without weights).
   rational mass() const;
+  /// B: the update's declared sequences that hold a valid token.
+  std::uint64_t sequence_count() const;
+  /// The groups of the whole update, over all ranks and microbatches.
+  std::uint64_t group_count() const;
+  /// Whether some microbatch declares sequences.
+  bool has_sequences() const;
 };
 
 /// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy,
 /// and with weights Σw·(θ−y) = m·θ − Σw·y.
-rational loss_gradient_sum(const microbatch_stats& microbatch, const rational& theta);
+rational loss_gradient_sum(const group_stats& group, const rational& theta);
 /// Sᵣ: a rank's derivative sum over all its microbatches.
 rational loss_gradient_sum(const rank_stats& rank, const rational& theta);
 
@@ -175,8 +209,12 @@ public:
   /// The same for literals read by `scan_machine_literal`: when the product of the significands fits in 64
   /// bits (short decimals) it is summed in machine integers, with no allocation.
   void add_weighted_token(const machine_literal& target, const machine_literal& weight);
+  /// Adds `count` valid unweighted tokens that all have the value `target` (a compact group).
+  void add_tokens(const rational& target, std::uint64_t count);
   /// Adds a position that holds no valid token.
   void add_padding() { ++padding_; }
+  /// Adds `count` positions that hold no valid token.
+  void add_padding(std::uint64_t count) { padding_ += count; }
   /// The microbatch's statistics.
   microbatch_stats finish() const;
 

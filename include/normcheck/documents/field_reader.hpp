@@ -94,6 +94,10 @@ public:
 
   /// Counts the fraction literals read from now on against `budget` (none: not counted).
   void count_against(exact_budget* budget) noexcept { budget_ = budget; }
+  /// Counts the digits of a value the document keeps, read at `offset`, against the budget (if any).
+  void keep(const rational& value, std::uint64_t offset) {
+    if (budget_) budget_->note_kept(value, *this, offset);
+  }
 
   /// An exact number, taken apart: a JSON number, or a string holding a fraction, hexadecimal float or
   /// decimal. Literal errors (bad_number, number_out_of_range) are located at the value.

@@ -4,8 +4,12 @@
 /// error bound derived from the dtype and the sizes of the reductions, and names the mistake.
 
 #include "normcheck/core/gradients.hpp"
-#include "normcheck/gate/observed.hpp"
 #include "normcheck/core/partition.hpp"
+#include "normcheck/gate/bound.hpp"
+#include "normcheck/gate/consistency.hpp"
+#include "normcheck/gate/mistakes.hpp"
+#include "normcheck/gate/observed.hpp"
+#include "normcheck/gate/weights.hpp"
 
 #include <optional>
 #include <string>
@@ -27,21 +31,11 @@ std::optional<gate_verdict> verdict_from_name(std::string_view name) noexcept;
 /// Every spelling, for messages: "pass, fail or inconclusive".
 std::string verdict_alternatives();
 
-/// One of the ordered checks (replica agreement, denominator, objective) and its outcome.
-struct gate_check {
-  std::string name;    ///< "replica_agreement", "denominator" or "objective"
-  bool passed = false;
-  std::string detail;  ///< what was compared, in words, with exact values
-};
-
-/// A candidate account of the observed value: a named strategy or the objective scaled by a factor.
-struct explanation {
-  std::string name;       ///< a strategy name ("local_mean"), a factor ("objective×W") or "mean_of_empty"
-  observed_value value;   ///< what that computation yields on this partition (NaN for a mean over nothing)
-  std::optional<rational> bound;  ///< its error bound at the dtype (nullopt: the dtype cannot resolve it)
-  std::string computed;   ///< what the code computed
-  std::string why_wrong;  ///< why that is not the objective's gradient
-  std::string instead;    ///< what to backpropagate instead
+/// What the gate found at one site: a probe in a submodule, judged like the top-level one.
+struct site_result {
+  std::string name;
+  std::optional<std::string> replica_difference;  ///< set when the ranks' vectors differ
+  group_judgement judgement;
 };
 
 /// Everything the gate found for one file.
@@ -58,20 +52,12 @@ struct gate_result {
   std::vector<explanation> diagnosis;   ///< explanations that fit when the objective check fails
   std::vector<explanation> could_hide;  ///< wrong computations within their bound of the observed value
   std::optional<rational> ratio;        ///< observed / objective when nothing explains a failure
+  /// The per-group measurement's judgement, with its weight table (absent for a scalar measurement).
+  std::optional<group_judgement> groups;
+  std::vector<site_result> sites;       ///< one per site, in file order
 };
 
 /// Runs the checks in order: replica agreement, denominator, objective, diagnosis, discrimination.
 gate_result run_gate(const partition& update, const observed_result& observed);
-
-/// Every known mistake as a candidate, with its value and bound on `update` at `type`, reduced in
-/// `reduction_type` (the correct computation for the reducer and the objective itself are not candidates).
-/// A mean over a microbatch or rank without valid tokens (`mean_of_empty`) is a candidate of value NaN.
-std::vector<explanation> known_mistakes(const partition& update, dtype type,
-                                        std::optional<dtype> reduction_type = std::nullopt);
-
-/// The derived bound for the objective's computation at `type`, reduced in `reduction_type` when given
-/// (nullopt when the roundings reach 1: K·u ≥ 1).
-std::optional<rational> objective_bound(const partition& update, dtype type,
-                                        std::optional<dtype> reduction_type = std::nullopt);
 
 }  // namespace normcheck

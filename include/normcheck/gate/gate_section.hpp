@@ -41,14 +41,18 @@ public:
 
 private:
   void read_observed(field_reader& in);
+  void read_sites(field_reader& in, observed_result& observed);
   void read_tokens(field_reader& in, observed_result& observed);
   static void read_mass(field_reader& in, observed_result& observed);
   static void read_tolerance(field_reader& in, observed_result& observed);
   void read_expectation(field_reader& in);
+  void settle_groups(const partition_file& document, field_reader& in) const;
 
   std::optional<observed_result> observed_;
   std::uint64_t observed_offset_ = 0;
   std::uint64_t divided_by_offset_ = 0;
+  std::optional<std::uint64_t> witness_offset_;
+  std::uint64_t sites_offset_ = 0;
   std::optional<gate_expectation> expectation_;
   std::optional<gate_result> result_;
   bool judged_expectation_held_ = false;

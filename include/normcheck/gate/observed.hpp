@@ -42,6 +42,15 @@ struct tolerance {
   rational relative;
 };
 
+/// A probe's measurement per group (docs/format.md): each rank's copy of the synchronized vector, one
+/// component per group of the update in group order, and optionally the within-group witness.
+struct group_measurement {
+  std::string site;  ///< the submodule the probe sat in; empty for the top-level probe
+  std::vector<std::vector<observed_value>> per_rank;  ///< [rank][group] (one rank if only `gradient` was given)
+  std::vector<std::vector<observed_value>> witness;   ///< empty, or shaped like per_rank
+  bool from_per_rank = false;                         ///< given as `per_rank` (one vector per rank)
+};
+
 /// The result a training step produced, exactly as dumped (hex floats keep it exact).
 struct observed_result {
   std::vector<observed_value> per_rank;      ///< each rank's synchronized value (one entry if only `gradient` was given)
@@ -56,6 +65,10 @@ struct observed_result {
   /// for all its microbatches or one per microbatch.
   std::vector<std::vector<rational>> divided_by;
   std::optional<tolerance> explicit_tolerance;
+  /// Set when the values are vectors, one component per group: the per-group measurement. `per_rank` then
+  /// holds each rank's sum over the groups (the scalar probe's value).
+  std::optional<group_measurement> groups;
+  std::vector<group_measurement> sites;  ///< `sites`: the same measurement by probes in submodules
 };
 
 }  // namespace normcheck

@@ -95,6 +95,7 @@ private:
   json_writer& write(int value) = delete;  // say which: number(std::uint64_t{...}) or boolean
   json_writer& write(const rational& value) { return exact(value); }
   json_writer& write(const std::optional<rational>& value) { return exact(value); }
+  json_writer& write(const std::optional<std::string>& text) { return text ? string(*text) : null(); }
   json_writer& write(const std::vector<std::string>& texts) { return strings(texts); }
   json_writer& write(const std::vector<std::uint64_t>& values) { return numbers(values); }
 

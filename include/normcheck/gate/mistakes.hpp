@@ -1,0 +1,53 @@
+#pragma once
+/// \file gate/mistakes.hpp
+/// The known mistakes and their words: what each wrong computation yields on an update, what the code
+/// computed, why that is not the objective's gradient and what to backpropagate instead.
+
+#include "normcheck/core/dtype.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/gate/observed.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normcheck {
+
+/// A candidate account of the observed value: a named strategy or the objective scaled by a factor.
+struct explanation {
+  std::string name;       ///< a strategy name ("local_mean"), a factor ("objective×W") or "mean_of_empty"
+  observed_value value;   ///< what that computation yields on this partition (NaN for a mean over nothing)
+  std::optional<rational> bound;  ///< its error bound at the dtype (nullopt: the dtype cannot resolve it)
+  std::string computed;   ///< what the code computed
+  std::string why_wrong;  ///< why that is not the objective's gradient
+  std::string instead;    ///< what to backpropagate instead
+};
+
+/// Every known mistake as a candidate, with its value and bound on `update` at `type`, reduced in
+/// `reduction_type` (the correct computation for the reducer and the objective itself are not candidates).
+/// A mean over a microbatch or rank without valid tokens (`mean_of_empty`) is a candidate of value NaN.
+std::vector<explanation> known_mistakes(const partition& update, dtype type,
+                                        std::optional<dtype> reduction_type = std::nullopt);
+
+/// `mean_of_empty`: a mean over a microbatch or rank without valid tokens, if the update has one (value NaN).
+std::optional<explanation> mean_over_nothing(const partition& update);
+
+/// What to backpropagate instead of a mistake, for the update's reducer and objective.
+std::string correct_instead(const partition& update);
+
+/// What a computation did and why that is wrong, in words.
+struct mistake_words {
+  std::string computed;
+  std::string why_wrong;
+};
+
+/// The words of a computation the per-group gate recognizes, by its name: a strategy, a normalization the
+/// table diagnoses, another objective's computation, the objective times a factor ("objective×W"), a short or
+/// another window, geometric weights, weights that vary within a group, or "unexplained".
+mistake_words table_mistake_words(std::string_view name, const partition& update);
+
+/// The words of a factor on top of a computation, by its label ("×W", "/G", "×4"): how it scaled and why
+/// that is wrong.
+mistake_words factor_words(std::string_view label);
+
+}  // namespace normcheck

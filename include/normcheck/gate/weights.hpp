@@ -1,0 +1,57 @@
+#pragma once
+/// \file gate/weights.hpp
+/// The per-group gate. A probe with one component per group measures, after the synchronizing backward,
+/// the weight the code gave each group's tokens: the component divided by the group's derivative sum.
+/// This unit turns a measurement into that weight table, compares it with the objective's group by
+/// group, and fits it to a formula: a normalization of the table (core/normalization.hpp), one written for
+/// another objective, either of them times a factor named in W, G or an integer, a geometric weighting
+/// along the microbatch order; what fits nothing is `unexplained`, and the table says why.
+
+#include "normcheck/core/normalization.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/gate/mistakes.hpp"
+#include "normcheck/gate/observed.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normcheck {
+
+/// One group's line of the weight table.
+struct weight_row {
+  group_ref where;
+  bool sequence = false;         ///< the group is a declared sequence (else a whole microbatch)
+  std::uint64_t tokens = 0;      ///< its valid tokens
+  observed_value observed;       ///< its component as dumped
+  std::optional<rational> code;  ///< the weight the code gave: observed / the group's derivative sum
+  rational objective;            ///< the weight the objective gives it
+  std::optional<rational> ratio; ///< code / objective (nullopt where either is undefined or 0)
+  bool within_bound = false;     ///< the component is the objective's within its bound (and so is the witness)
+  bool witness_agrees = true;    ///< the witness component agrees with one weight for the whole group
+};
+
+/// What the gate concluded about one measurement (the top-level probe or one site).
+struct group_judgement {
+  std::vector<weight_row> rows;
+  bool matches_objective = false;       ///< every component within its bound of the objective's
+  std::vector<explanation> diagnosis;   ///< what fits when it does not match
+  std::vector<explanation> could_hide;  ///< wrong computations that fit as well when it matches
+  std::string detail;                   ///< the objective check's words
+};
+
+/// The error bound's parts for one update: the relative factor of a term's path (nullopt: the dtype cannot
+/// resolve the computation) or an explicit tolerance that replaces it.
+struct group_bounds {
+  std::optional<rational> factor;
+  std::optional<tolerance> explicit_tolerance;
+};
+
+/// Judges rank 0's copy of `measurement` against the update's objective and fits it when it differs.
+group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds);
+
+/// Whether every rank holds the same vector (and witness); the first difference in words otherwise.
+std::optional<std::string> replica_difference(const group_measurement& measurement);
+
+}  // namespace normcheck

@@ -1,0 +1,582 @@
+#include "normcheck/gate/weights.hpp"
+
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/io/text.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+namespace normcheck {
+
+namespace {
+
+// What the gate needs of one group, computed once: its derivative sums (at θ, with the probe's values and
+// with the witness's values 1, 2, …, n) and the magnitudes their bounds scale with.
+struct group_facts {
+  group_ref where;
+  bool sequence = false;
+  std::uint64_t tokens = 0;
+  rational derivative;          // D = m·θ − Σw·y
+  rational magnitude;           // m·|θ| + Σw·|y|
+  rational witness_derivative;  // n·θ − n(n+1)/2
+  rational witness_magnitude;   // n·|θ| + n(n+1)/2
+};
+
+std::vector<group_facts> facts_of(const partition& update) {
+  std::vector<group_facts> facts;
+  const rational theta_size = abs(update.theta);
+  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+    const rank_stats& rank = update.ranks[r];
+    for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+      const microbatch_stats& microbatch = rank.microbatches[m];
+      for (std::size_t g = 0; g < microbatch.group_count(); ++g) {
+        const group_stats& group = microbatch.group(g);
+        group_facts f;
+        f.where = {r, m, g};
+        f.sequence = microbatch.sequences.has_value();
+        f.tokens = group.valid_tokens;
+        f.derivative = loss_gradient_sum(group, update.theta);
+        rational magnitude = theta_size * group.mass();
+        magnitude += group.weighted_target_abs_sum();
+        f.magnitude = std::move(magnitude);
+        const rational n{group.valid_tokens};
+        rational positions = n * (n + 1) / 2;  // Σ j for j = 1 … n
+        rational witness = n * update.theta;
+        witness -= positions;
+        f.witness_derivative = std::move(witness);
+        rational witness_magnitude = n * theta_size;
+        witness_magnitude += positions;
+        f.witness_magnitude = std::move(witness_magnitude);
+        facts.push_back(std::move(f));
+      }
+    }
+  }
+  return facts;
+}
+
+// Rank 0's copy of one measurement.
+struct measured {
+  const std::vector<observed_value>* primary = nullptr;
+  const std::vector<observed_value>* witness = nullptr;  // absent: no witness
+};
+
+// How far a component may be from c·D: the explicit tolerance, or the error factor times |c|·magnitude.
+std::optional<rational> allowance(const rational& weight, const rational& expected, const rational& magnitude,
+                                  const group_bounds& bounds) {
+  if (bounds.explicit_tolerance) {
+    rational allowed = bounds.explicit_tolerance->absolute + bounds.explicit_tolerance->relative * abs(expected);
+    return allowed;
+  }
+  if (!bounds.factor) return std::nullopt;
+  rational allowed = *bounds.factor * abs(weight) * magnitude;
+  return allowed;
+}
+
+bool component_fits(const observed_value& value, const rational& weight, const rational& derivative,
+                    const rational& magnitude, const group_bounds& bounds) {
+  const rational* number = std::get_if<rational>(&value);
+  if (!number) return false;
+  const rational expected = weight * derivative;
+  const std::optional<rational> allowed = allowance(weight, expected, magnitude, bounds);
+  if (!allowed) return false;
+  const rational distance = abs(*number - expected);
+  return distance <= *allowed;
+}
+
+// Whether group g's components are those of the weight `weight`.
+bool group_fits(std::size_t g, const rational& weight, const std::vector<group_facts>& facts, const measured& m,
+                const group_bounds& bounds) {
+  const group_facts& f = facts[g];
+  if (!component_fits((*m.primary)[g], weight, f.derivative, f.magnitude, bounds)) return false;
+  return !m.witness || component_fits((*m.witness)[g], weight, f.witness_derivative, f.witness_magnitude, bounds);
+}
+
+// A table of delivered weights read group by group, so that a candidate that differs from the observation
+// is dropped at its first differing group: a normalization in some objective's units, times a factor, and
+// for geometric weights times a^(G−1−m) along each rank's microbatches. The coefficient of a unit (an
+// update, rank or microbatch) is computed once while its groups are read in order.
+class lazy_table {
+public:
+  lazy_table(const partition& update, objective_kind objective, const normalization& n)
+      : units_(update, objective), normalization_(&n) {}
+
+  /// The weight of the group at `where`, or nullopt where the coefficient is undefined.
+  std::optional<rational> at(const group_ref& where) const {
+    const unit_key key = key_of(where);
+    if (!cached_ || cached_->first != key) {
+      std::optional<rational> c = delivered_unit_weight(units_, *normalization_, where);
+      if (c && factor_ != 1) *c *= factor_;
+      cached_ = std::make_pair(key, std::move(c));
+    }
+    if (!cached_->second) return std::nullopt;
+    rational weight = *cached_->second;
+    if (units_.objective() == objective_kind::sequence_mean) weight *= units_.token_factor(group_of(where));
+    if (ratio_) weight *= power(*ratio_, units_.update().ranks[where.rank].microbatches.size() - 1 - where.microbatch);
+    return weight;
+  }
+
+  /// This table times `factor`.
+  lazy_table scaled(const rational& factor) const {
+    lazy_table out = *this;
+    out.factor_ *= factor;
+    out.cached_.reset();
+    return out;
+  }
+
+  /// This table with microbatch m of each rank of G weighted by a^(G−1−m) more.
+  lazy_table geometric(const rational& a) const {
+    lazy_table out = *this;
+    out.ratio_ = a;
+    out.cached_.reset();
+    return out;
+  }
+
+  /// Every weight, in group order (nullopt if one is undefined).
+  std::optional<std::vector<rational>> all(const std::vector<group_facts>& facts) const {
+    std::vector<rational> out;
+    out.reserve(facts.size());
+    for (const group_facts& f : facts) {
+      std::optional<rational> w = at(f.where);
+      if (!w) return std::nullopt;
+      out.push_back(std::move(*w));
+    }
+    return out;
+  }
+
+private:
+  using unit_key = std::tuple<std::size_t, std::size_t, std::size_t>;
+
+  unit_key key_of(const group_ref& where) const {
+    switch (normalization_->level) {
+      case scope::update: return {0, 0, 0};
+      case scope::rank: return {where.rank + 1, 0, 0};
+      case scope::microbatch: return {where.rank + 1, where.microbatch + 1, 0};
+      case scope::group: break;
+    }
+    return {where.rank + 1, where.microbatch + 1, where.group + 1};
+  }
+
+  const group_stats& group_of(const group_ref& where) const {
+    return units_.update().ranks[where.rank].microbatches[where.microbatch].group(where.group);
+  }
+
+  static rational power(const rational& a, std::size_t k) {
+    rational p = 1;
+    for (std::size_t i = 0; i < k; ++i) p *= a;
+    return p;
+  }
+
+  objective_units units_;
+  const normalization* normalization_;
+  rational factor_ = 1;
+  std::optional<rational> ratio_;
+  mutable std::optional<std::pair<unit_key, std::optional<rational>>> cached_;
+};
+
+// Whether a table accounts for every component (each within its bound), read until its first difference.
+bool table_fits(const lazy_table& table, const std::vector<group_facts>& facts, const measured& m,
+                const group_bounds& bounds) {
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    const std::optional<rational> w = table.at(facts[g].where);
+    if (!w || !group_fits(g, *w, facts, m, bounds)) return false;
+  }
+  return true;
+}
+
+// A weight table a candidate computation would produce, with its name and words.
+struct candidate {
+  std::string name;
+  lazy_table table;
+  mistake_words words;
+};
+
+// The best rational approximation of x with a denominator of at most `most` (continued fractions).
+rational nearest_simple(const rational& x, std::uint64_t most) {
+  const bool negative = x < 0;
+  rational rest = negative ? rational(-x) : x;
+  integer p0 = 0, q0 = 1, p1 = 1, q1 = 0;
+  for (int step = 0; step < 64; ++step) {
+    const integer a = numerator(rest) / denominator(rest);
+    const integer p2 = a * p1 + p0;
+    const integer q2 = a * q1 + q0;
+    if (q2 > most) break;
+    p0 = p1;
+    q0 = q1;
+    p1 = p2;
+    q1 = q2;
+    const rational fraction = rest - rational(a);
+    if (fraction == 0) break;
+    rest = 1 / fraction;
+  }
+  if (q1 == 0) return rational(0);
+  rational best = rational(p1) / rational(q1);
+  return negative ? rational(-best) : best;
+}
+
+// The group measured most precisely: the largest derivative sum with a finite observation.
+std::optional<std::size_t> anchor_group(const std::vector<group_facts>& facts, const measured& m) {
+  std::optional<std::size_t> best;
+  rational largest;
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    if (!std::holds_alternative<rational>((*m.primary)[g])) continue;
+    rational size = abs(facts[g].derivative);
+    if (size > largest) {
+      largest = std::move(size);
+      best = g;
+    }
+  }
+  return best;
+}
+
+// The factor λ that the observation suggests for `table` (observed / predicted at the anchor group).
+std::optional<rational> suggested_factor(const lazy_table& table, const std::vector<group_facts>& facts,
+                                         const measured& m, std::optional<std::size_t> anchor) {
+  if (!anchor) return std::nullopt;
+  const std::optional<rational> w = table.at(facts[*anchor].where);
+  if (!w || *w == 0) return std::nullopt;
+  rational predicted = *w * facts[*anchor].derivative;
+  rational factor = std::get<rational>((*m.primary)[*anchor]) / predicted;
+  return factor;
+}
+
+// The same number of microbatches on every rank, or 0.
+std::uint64_t uniform_accumulation(const partition& update) {
+  const std::size_t g = update.ranks.front().microbatches.size();
+  for (const rank_stats& rank : update.ranks)
+    if (rank.microbatches.size() != g) return 0;
+  return g;
+}
+
+// The name of a factor in the update's own terms: "×W", "/G", "×W·G", "×4", "/3", "×2/3"; and whether it is a
+// ratio G/k of accumulation steps (a short or another window).
+struct factor_label {
+  std::string text;
+  std::optional<std::uint64_t> window;  // k when the factor is G/k with k ≠ G
+};
+
+factor_label label_of(const rational& factor, const partition& update) {
+  const rational w{update.world_size()};
+  const std::uint64_t g = uniform_accumulation(update);
+  struct symbolic {
+    rational value;
+    std::string_view text;
+  };
+  std::vector<symbolic> forms;
+  if (update.world_size() > 1) forms.push_back({w, "×W"}), forms.push_back({1 / w, "/W"});
+  if (g > 1) {
+    const rational gg{g};
+    forms.push_back({gg, "×G"});
+    forms.push_back({1 / gg, "/G"});
+    if (update.world_size() > 1) {
+      forms.push_back({w * gg, "×W·G"});
+      forms.push_back({1 / (w * gg), "/(W·G)"});
+      forms.push_back({w / gg, "×W/G"});
+      forms.push_back({gg / w, "×G/W"});
+    }
+  }
+  for (const symbolic& form : forms)
+    if (form.value == factor) return {std::string(form.text), std::nullopt};
+  if (g > 1) {
+    const rational k = rational(g) / factor;
+    if (denominator(k) == 1 && k > 0 && k != rational(g) && k <= 64)
+      return {"×G/" + to_string(k), static_cast<std::uint64_t>(numerator(k))};
+  }
+  if (denominator(factor) == 1) return {"×" + to_string(factor), std::nullopt};
+  if (numerator(factor) == 1) return {"/" + denominator(factor).str(), std::nullopt};
+  return {"×" + to_string(factor), std::nullopt};
+}
+
+// The names a normalization of the report takes when it was written for another objective than the
+// declared one.
+std::string foreign_name(const normalization& n, objective_kind written_for, reducer_kind reducer) {
+  const std::string objective(objective_name(written_for));
+  const std::string_view correct = reducer == reducer_kind::mean ? "scaled_sum" : "global_share";
+  if (n.name == correct) return objective;
+  if (n.name == "local_sum" && written_for == objective_kind::sequence_mean) return "sum_of_sequence_means";
+  return std::string(n.name) + "(" + objective + ")";
+}
+
+// Every candidate whose table the gate compares with the observation, exact ones first: the report's
+// normalizations under the declared objective (but the correct one), the diagnosed ones, and the report's
+// under every other objective the update can be counted in.
+std::vector<candidate> candidates_of(const partition& update) {
+  std::vector<candidate> out;
+  const std::string_view correct = update.reducer == reducer_kind::mean ? "scaled_sum" : "global_share";
+  const bool accumulates = std::any_of(update.ranks.begin(), update.ranks.end(),
+                                       [](const rank_stats& r) { return r.microbatches.size() > 1; });
+  auto add = [&](std::string name, objective_kind objective, const normalization& n) {
+    mistake_words words = table_mistake_words(name, update);
+    out.push_back({std::move(name), lazy_table(update, objective, n), std::move(words)});
+  };
+  for (const normalization& n : report_normalizations()) {
+    if (n.objective_itself || n.name == correct) continue;
+    if (n.name == "microbatch_mean" && !accumulates) continue;
+    // Under the sequence mean, a rank's unnormalized sum adds its sequences' means.
+    const bool sequence_sum = n.name == "local_sum" && update.objective == objective_kind::sequence_mean;
+    add(sequence_sum ? "sum_of_sequence_means" : std::string(n.name), update.objective, n);
+  }
+  for (const normalization& n : diagnosed_normalizations()) add(std::string(n.name), update.objective, n);
+  for (objective_kind other : {objective_kind::token_mean, objective_kind::sequence_mean,
+                               objective_kind::sequence_sum_mean, objective_kind::constant}) {
+    if (other == update.objective || !objective_units::applies(update, other)) continue;
+    for (const normalization& n : report_normalizations()) {
+      if (n.objective_itself) continue;
+      if (n.name == "microbatch_mean" && !accumulates) continue;
+      std::string name = foreign_name(n, other, update.reducer);
+      if (update.objective == objective_kind::weighted_token_mean && other == objective_kind::token_mean &&
+          n.name == correct)
+        name = "count_denominator";
+      add(std::move(name), other, n);
+    }
+  }
+  return out;
+}
+
+// Geometric weights along the microbatch order: microbatch m of a rank of G weighs a^(G−1−m) times what
+// `base` gives it, the accumulated buffer having been rescaled by a after every microbatch. `a` is read off
+// the first rank of three or more microbatches and tried as the simplest nearby fraction.
+std::optional<candidate> geometric_fit(const candidate& base, const partition& update,
+                                       const std::vector<group_facts>& facts, const measured& m,
+                                       const group_bounds& bounds, std::optional<std::size_t> anchor) {
+  std::optional<std::size_t> rank;
+  for (std::size_t r = 0; r < update.ranks.size() && !rank; ++r)
+    if (update.ranks[r].microbatches.size() >= 3) rank = r;
+  if (!rank) return std::nullopt;
+  // observed / base for the first group of each of that rank's microbatches, in order.
+  std::vector<std::optional<rational>> ratios;
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    const group_facts& f = facts[g];
+    if (f.where.rank != *rank || f.where.group != 0) continue;
+    const rational* number = std::get_if<rational>(&(*m.primary)[g]);
+    const std::optional<rational> w = base.table.at(f.where);
+    if (!number || !w || *w == 0 || f.derivative == 0) {
+      ratios.emplace_back();
+      continue;
+    }
+    rational ratio = *number / (*w * f.derivative);
+    ratios.emplace_back(std::move(ratio));
+  }
+  std::optional<rational> a;
+  for (std::size_t i = ratios.size(); i-- > 1;)
+    if (ratios[i] && ratios[i - 1] && *ratios[i] != 0) {
+      a = nearest_simple(*ratios[i - 1] / *ratios[i], 64);
+      break;
+    }
+  if (!a || *a == 1 || *a <= 0) return std::nullopt;
+  const lazy_table weighted = base.table.geometric(*a);
+  const std::optional<rational> factor = suggested_factor(weighted, facts, m, anchor);
+  if (!factor) return std::nullopt;
+  const rational lambda = nearest_simple(*factor, 64);
+  if (lambda <= 0) return std::nullopt;
+  lazy_table fitted = weighted.scaled(lambda);
+  if (!table_fits(fitted, facts, m, bounds)) return std::nullopt;
+  mistake_words words = table_mistake_words("geometric", update);
+  words.computed += " (each microbatch weighs " + to_string(*a) + " times the next one, relative to " + base.name +
+                    (lambda == 1 ? "" : ", times " + to_string(lambda)) + ")";
+  return candidate{"geometric", std::move(fitted), std::move(words)};
+}
+
+// `base` times the simplest factor the observation suggests, if that accounts for every component.
+std::optional<candidate> factor_fit(const candidate& base, const partition& update,
+                                    const std::vector<group_facts>& facts, const measured& m,
+                                    const group_bounds& bounds, std::optional<std::size_t> anchor) {
+  const std::optional<rational> suggested = suggested_factor(base.table, facts, m, anchor);
+  if (!suggested || *suggested <= 0) return std::nullopt;
+  const rational factor = nearest_simple(*suggested, 64);
+  if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return std::nullopt;
+  lazy_table table = base.table.scaled(factor);
+  if (!table_fits(table, facts, m, bounds)) return std::nullopt;
+  const factor_label label = label_of(factor, update);
+  std::string name = base.name + label.text;
+  mistake_words words;
+  if (label.window) {
+    const std::uint64_t g = uniform_accumulation(update);
+    name = *label.window > g ? "short_window" : "other_window";
+    words = table_mistake_words(name, update);
+    words.computed += " (" + base.name + " times G/" + std::to_string(*label.window) + ": divided by " +
+                      std::to_string(*label.window) + " where the window accumulated G = " + std::to_string(g) + ")";
+  } else if (base.name == "objective") {
+    words = table_mistake_words(name, update);
+  } else {
+    const mistake_words scaling = factor_words(label.text);
+    words = {base.words.computed + ", and the result " + scaling.computed,
+             base.words.why_wrong + "; and it is " + scaling.computed + ": " + scaling.why_wrong};
+  }
+  return candidate{std::move(name), std::move(table), std::move(words)};
+}
+
+explanation explain(const candidate& c, const std::vector<group_facts>& facts, const std::string& instead) {
+  tree_sum total;
+  for (const group_facts& f : facts) total.add(c.table.at(f.where).value_or(rational(0)) * f.derivative);
+  return {c.name, total.value(), std::nullopt, c.words.computed, c.words.why_wrong, instead};
+}
+
+// The groups whose witness shows weights that vary inside them: the witness is not the measured weight
+// times the witness's derivative sum. Each group is judged with its own measured weight.
+std::vector<std::size_t> varying_groups(const std::vector<group_facts>& facts, const measured& m,
+                                        const group_bounds& bounds) {
+  std::vector<std::size_t> varying;
+  if (!m.witness) return varying;
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    const group_facts& f = facts[g];
+    const rational* primary = std::get_if<rational>(&(*m.primary)[g]);
+    const rational* witness = std::get_if<rational>(&(*m.witness)[g]);
+    if (!primary || !witness || f.derivative == 0 || f.tokens < 2) continue;
+    const rational weight = *primary / f.derivative;
+    const std::optional<rational> primary_allowed = allowance(weight, *primary, f.magnitude, bounds);
+    const std::optional<rational> witness_allowed =
+        allowance(weight, weight * f.witness_derivative, f.witness_magnitude, bounds);
+    if (!primary_allowed || !witness_allowed) continue;
+    // The measured weight is uncertain by primary_allowed/|D|, which the witness carries times |D'|.
+    rational allowed = *witness_allowed + *primary_allowed * abs(f.witness_derivative) / abs(f.derivative);
+    const rational distance = abs(*witness - weight * f.witness_derivative);
+    if (distance > allowed) varying.push_back(g);
+  }
+  return varying;
+}
+
+std::string place_of(const group_facts& f) {
+  return "rank " + std::to_string(f.where.rank) + ", microbatch " + std::to_string(f.where.microbatch) +
+         (f.sequence ? ", sequence " + std::to_string(f.where.group) : "");
+}
+
+}  // namespace
+
+std::optional<std::string> replica_difference(const group_measurement& measurement) {
+  auto first_difference = [](const std::vector<std::vector<observed_value>>& vectors,
+                             std::string_view what) -> std::optional<std::string> {
+    for (std::size_t r = 1; r < vectors.size(); ++r)
+      for (std::size_t g = 0; g < vectors[r].size(); ++g)
+        if (vectors[r][g] != vectors[0][g])
+          return "rank " + std::to_string(r) + " holds " + to_string(vectors[r][g]) + " in " + std::string(what) +
+                 " component " + std::to_string(g) + " but rank 0 holds " + to_string(vectors[0][g]) +
+                 ": after an all-reduce every replica holds the same vector, so the replicas diverged";
+    return std::nullopt;
+  };
+  if (std::optional<std::string> d = first_difference(measurement.per_rank, "group")) return d;
+  return first_difference(measurement.witness, "witness");
+}
+
+group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds) {
+  group_judgement result;
+  const std::vector<group_facts> facts = facts_of(update);
+  const measured m{&measurement.per_rank.front(), measurement.witness.empty() ? nullptr : &measurement.witness.front()};
+  const objective_units units(update, update.objective);
+  const lazy_table objective_table(update, update.objective, normalization_of(strategy::global_mean));
+  const std::vector<rational> objective = objective_table.all(facts).value_or(std::vector<rational>(facts.size()));
+  const std::optional<std::size_t> anchor = anchor_group(facts, m);
+
+  std::size_t outside = 0;
+  std::optional<std::size_t> first_outside;
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    const group_facts& f = facts[g];
+    weight_row row;
+    row.where = f.where;
+    row.sequence = f.sequence;
+    row.tokens = f.tokens;
+    row.observed = (*m.primary)[g];
+    row.objective = objective[g];
+    if (const rational* number = std::get_if<rational>(&row.observed); number && f.derivative != 0) {
+      rational code = *number / f.derivative;
+      if (row.objective != 0) {
+        rational ratio = code / row.objective;
+        row.ratio = std::move(ratio);
+      }
+      row.code = std::move(code);
+    }
+    row.within_bound = group_fits(g, objective[g], facts, m, bounds);
+    if (!row.within_bound && !first_outside) first_outside = g;
+    outside += row.within_bound ? 0 : 1;
+    result.rows.push_back(std::move(row));
+  }
+  for (std::size_t g : varying_groups(facts, m, bounds)) result.rows[g].witness_agrees = false;
+  result.matches_objective = outside == 0 && (bounds.factor || bounds.explicit_tolerance);
+
+  const std::string instead = correct_instead(update);
+  const std::vector<candidate> candidates = candidates_of(update);
+  // What an account that is no computation shows as its value: the observation itself, summed over the groups.
+  observed_value observed_total = rational(0);
+  {
+    tree_sum total;
+    for (const observed_value& v : *m.primary) {
+      if (const rational* number = std::get_if<rational>(&v)) total.add(*number);
+      else observed_total = v;
+    }
+    if (std::holds_alternative<rational>(observed_total)) observed_total = total.value();
+  }
+  // The exact candidates that fit; among those with the same table on this update, the first only.
+  std::vector<const candidate*> fitting;
+  std::vector<std::vector<rational>> fitting_tables;
+  for (const candidate& c : candidates) {
+    if (!table_fits(c.table, facts, m, bounds)) continue;
+    std::vector<rational> table = c.table.all(facts).value_or(std::vector<rational>());
+    if (std::find(fitting_tables.begin(), fitting_tables.end(), table) != fitting_tables.end()) continue;
+    fitting_tables.push_back(std::move(table));
+    fitting.push_back(&c);
+  }
+  if (result.matches_objective) {
+    result.detail = "all " + std::to_string(facts.size()) + " groups weigh what the objective gives them, each "
+                    "within its bound" + std::string(m.witness ? ", uniformly inside each group (witness)" : "");
+    for (const candidate* c : fitting) result.could_hide.push_back(explain(*c, facts, instead));
+    return result;
+  }
+  if (!bounds.factor && !bounds.explicit_tolerance) {
+    result.detail = "the dtype's unit roundoff times the roundings reaches 1: this dtype cannot resolve the "
+                    "computation on this partition";
+    return result;
+  }
+  const weight_row& worst = result.rows[*first_outside];
+  result.detail = std::to_string(outside) + " of " + std::to_string(facts.size()) + " groups do not weigh what the "
+                  "objective gives them; the first, " + place_of(facts[*first_outside]) + ", weighs " +
+                  (worst.code ? on_screen(*worst.code) + " (≈ " + approximate(*worst.code) + ")" : to_string(worst.observed)) +
+                  " where the objective gives " + on_screen(worst.objective) + " (≈ " + approximate(worst.objective) + ")";
+
+  for (const candidate* c : fitting) result.diagnosis.push_back(explain(*c, facts, instead));
+  if (!result.diagnosis.empty()) return result;
+
+  // A factor on the objective or on a candidate, then geometric weights.
+  const candidate objective_candidate{"objective", objective_table, {}};
+  std::vector<candidate> scaled_fits;
+  std::vector<std::vector<rational>> scaled_tables;
+  auto keep = [&](std::optional<candidate> c) {
+    if (!c) return;
+    std::vector<rational> table = c->table.all(facts).value_or(std::vector<rational>());
+    if (std::find(scaled_tables.begin(), scaled_tables.end(), table) != scaled_tables.end()) return;
+    scaled_tables.push_back(std::move(table));
+    scaled_fits.push_back(std::move(*c));
+  };
+  keep(factor_fit(objective_candidate, update, facts, m, bounds, anchor));
+  for (const candidate& c : candidates) keep(factor_fit(c, update, facts, m, bounds, anchor));
+  if (scaled_fits.empty()) {
+    keep(geometric_fit(objective_candidate, update, facts, m, bounds, anchor));
+    for (const candidate& c : candidates)
+      if (c.name == "microbatch_mean") keep(geometric_fit(c, update, facts, m, bounds, anchor));
+  }
+  for (const candidate& c : scaled_fits) result.diagnosis.push_back(explain(c, facts, instead));
+  if (!result.diagnosis.empty()) return result;
+
+  // What fits nothing. The witness may say why: weights that vary inside a group fit no table of one weight
+  // per group.
+  const std::vector<std::size_t> varying = varying_groups(facts, m, bounds);
+  if (!varying.empty()) {
+    std::string where;
+    for (std::size_t i = 0; i < varying.size() && i < 4; ++i) where += (i ? "; " : "") + place_of(facts[varying[i]]);
+    if (varying.size() > 4) where += "; and " + std::to_string(varying.size() - 4) + " more";
+    mistake_words words = table_mistake_words("varies_within_group", update);
+    words.computed += ": " + where;
+    result.diagnosis.push_back({"varies_within_group", observed_total, std::nullopt, words.computed, words.why_wrong,
+                                instead});
+    return result;
+  }
+  mistake_words words = table_mistake_words("unexplained", update);
+  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor)) {
+    if (table_fits(objective_table.scaled(*factor), facts, m, bounds))
+      words.computed += "; every group weighs the objective's weight times ≈ " + approximate(*factor) +
+                        ", as if the loss sum had been divided by ≈ " + approximate(units.total() / *factor) +
+                        " instead of " + std::string(units.symbol(0)) + " = " + on_screen(units.total());
+  }
+  result.diagnosis.push_back({"unexplained", observed_total, std::nullopt, words.computed, words.why_wrong, instead});
+  return result;
+}
+
+}  // namespace normcheck

@@ -1,0 +1,161 @@
+// The normalization table (normalization.hpp): each objective's weights written out by hand, sequences
+// and their counts, and the three ways the table is read (delivered weights, totals, the gradient) agreeing.
+
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/gradients.hpp"
+#include "normcheck/core/normalization.hpp"
+
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using normcheck::group_stats;
+using normcheck::integer;
+using normcheck::objective_kind;
+using normcheck::objective_units;
+using normcheck::partition;
+using normcheck::rational;
+using normcheck::reducer_kind;
+using normcheck::strategy;
+using normcheck::token;
+
+rational ratio(long p, long q) { return rational(integer(p), integer(q)); }
+
+// A sequence of valid tokens with the given targets.
+group_stats sequence(const std::vector<long>& targets) {
+  std::vector<token> tokens;
+  for (long y : targets) tokens.emplace_back(rational(y));
+  return normcheck::summarize(tokens);
+}
+
+// Rank 0: one microbatch of sequences [1, 2] and [3]; rank 1: microbatch [5] and [] (empty) then a microbatch
+// of the sequence [1, 1, 1, 1]. N = 8 valid tokens, B = 4 sequences with tokens, W = 2, at θ = 0.
+partition sequenced(reducer_kind reducer = reducer_kind::mean) {
+  partition p;
+  p.reducer = reducer;
+  p.ranks.resize(2);
+  p.ranks[0].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({1, 2}), sequence({3})}));
+  p.ranks[1].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({5}), sequence({})}));
+  p.ranks[1].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({1, 1, 1, 1})}));
+  return p;
+}
+
+std::vector<std::string> shown(const std::vector<rational>& values) {
+  std::vector<std::string> out;
+  for (const rational& v : values) out.push_back(normcheck::to_string(v));
+  return out;
+}
+
+std::vector<std::string> objective_weights(const partition& p, objective_kind objective) {
+  const objective_units units(p, objective);
+  return shown(*normcheck::delivered_weights(units, normcheck::normalization_of(strategy::global_mean)));
+}
+
+using list = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE("a microbatch of sequences keeps their totals and one group each") {
+  const partition p = sequenced();
+  const normcheck::microbatch_stats& m = p.ranks[1].microbatches[0];
+  CHECK(m.valid_tokens == 1);
+  CHECK(m.group_count() == 2);
+  CHECK(m.sequence_count() == 1);  // the empty sequence holds no valid token
+  CHECK(m.target_sum() == 5);
+  CHECK(p.valid_tokens() == 8);
+  CHECK(p.sequence_count() == 4);
+  CHECK(p.group_count() == 5);
+  CHECK(p.has_sequences());
+}
+
+TEST_CASE("each objective's weights, group by group") {
+  partition p = sequenced();
+  // Groups: [1, 2], [3], [5], [], [1, 1, 1, 1].
+  CHECK(objective_weights(p, objective_kind::token_mean) == list{"1/8", "1/8", "1/8", "1/8", "1/8"});
+  CHECK(objective_weights(p, objective_kind::sequence_mean) == list{"1/8", "1/4", "1/4", "0", "1/16"});  // 1/(B·nₛ)
+  CHECK(objective_weights(p, objective_kind::sequence_sum_mean) == list{"1/4", "1/4", "1/4", "1/4", "1/4"});
+  p.normalizer = 10;
+  CHECK(objective_weights(p, objective_kind::constant) == list{"1/10", "1/10", "1/10", "1/10", "1/10"});
+}
+
+TEST_CASE("the report's strategies in sequence units") {
+  const partition p = sequenced();
+  const objective_units units(p, objective_kind::sequence_mean);
+  auto weights = [&](strategy s) { return shown(*normcheck::delivered_weights(units, normcheck::normalization_of(s))); };
+  // scaled_sum: W/(B·nₛ), halved by DDP's mean: the objective's weights.
+  CHECK(weights(strategy::scaled_sum) == objective_weights(p, objective_kind::sequence_mean));
+  // local_mean: 1/(bᵣ·nₛ) then ÷W; rank 0 has b = 2, rank 1 has b = 2.
+  CHECK(weights(strategy::local_mean) == list{"1/8", "1/4", "1/4", "0", "1/16"});
+  // local_sum: the sum of sequence means, ÷W.
+  CHECK(weights(strategy::local_sum) == list{"1/4", "1/2", "1/2", "0", "1/8"});
+  // microbatch_mean: rank 1 has two microbatches of one sequence each: 1/(Gᵣ·bᵣₘ·nₛ)/W.
+  CHECK(weights(strategy::microbatch_mean) == list{"1/8", "1/4", "1/4", "0", "1/16"});
+}
+
+TEST_CASE("the gradient, the totals and the delivered weights agree for every strategy and objective") {
+  partition p = sequenced();
+  p.theta = ratio(1, 3);
+  p.normalizer = 7;
+  for (objective_kind objective : {objective_kind::token_mean, objective_kind::sequence_mean,
+                                   objective_kind::sequence_sum_mean, objective_kind::constant}) {
+    REQUIRE(objective_units::applies(p, objective));
+    const objective_units units(p, objective);
+    for (strategy s : normcheck::all_strategies) {
+      CAPTURE(normcheck::strategy_name(s));
+      CAPTURE(normcheck::objective_name(objective));
+      const std::optional<std::vector<rational>> weights = normcheck::delivered_weights(units, normcheck::normalization_of(s));
+      const std::optional<rational> gradient = normcheck::synchronized_gradient(units, normcheck::normalization_of(s));
+      REQUIRE(weights.has_value() == gradient.has_value());
+      if (!weights) continue;
+      rational total;
+      std::size_t g = 0;
+      for (const normcheck::rank_stats& rank : p.ranks)
+        for (const normcheck::microbatch_stats& m : rank.microbatches)
+          for (std::size_t i = 0; i < m.group_count(); ++i) total += (*weights)[g++] * normcheck::loss_gradient_sum(m.group(i), p.theta);
+      CHECK(total == *gradient);
+    }
+  }
+}
+
+TEST_CASE("an empty microbatch makes microbatch_mean undefined but not its bound's totals") {
+  const partition p = sequenced();
+  const objective_units units(p, objective_kind::token_mean);
+  const normcheck::normalization& n = normcheck::normalization_of(strategy::microbatch_mean);
+  CHECK(normcheck::synchronized_gradient(units, n).has_value());  // rank 1's microbatches each hold a token
+  partition empty = p;
+  empty.ranks[0].microbatches.emplace_back();
+  const objective_units empty_units(empty, objective_kind::token_mean);
+  CHECK_FALSE(normcheck::synchronized_gradient(empty_units, n).has_value());
+  CHECK(normcheck::totals(empty_units, n, true).has_value());
+}
+
+TEST_CASE("which objectives an update can be counted in") {
+  partition p = sequenced();
+  CHECK(objective_units::applies(p, objective_kind::sequence_mean));
+  CHECK_FALSE(objective_units::applies(p, objective_kind::constant));  // no normalizer
+  CHECK_FALSE(objective_units::applies(p, objective_kind::weighted_token_mean));
+  p.ranks[0].microbatches.push_back(normcheck::summarize({token{rational(4)}}));  // a microbatch without sequences
+  CHECK_FALSE(objective_units::applies(p, objective_kind::sequence_mean));
+  CHECK(objective_units::applies(p, objective_kind::token_mean));
+}
+
+TEST_CASE("formulas name each objective's counts") {
+  CHECK(normcheck::strategy_formula(strategy::scaled_sum) == "W·Sᵣ/N");
+  CHECK(normcheck::strategy_formula(strategy::scaled_sum, objective_kind::weighted_token_mean) == "W·Sᵣ/M");
+  CHECK(normcheck::strategy_formula(strategy::local_mean, objective_kind::sequence_mean) == "Sᵣ/bᵣ");
+  CHECK(normcheck::strategy_formula(strategy::global_share, objective_kind::constant) == "Sᵣ/C");
+  CHECK(normcheck::strategy_denominator(strategy::microbatch_mean, objective_kind::sequence_sum_mean) == "bᵣₘ");
+  CHECK(normcheck::strategy_denominator(strategy::local_sum) == "none");
+}
+
+TEST_CASE("an update whose sequences hold no token has no sequence objective") {
+  partition p;
+  p.objective = objective_kind::sequence_mean;
+  p.ranks.resize(1);
+  p.ranks[0].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({})}));
+  CHECK_THROWS_AS(normcheck::compute_gradients(p), normcheck::error);
+}
