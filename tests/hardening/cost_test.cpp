@@ -131,3 +131,53 @@ TEST_CASE("--max-depth holds for token arrays read on worker threads: --jobs 2 r
     CHECK(statuses[0] == (std::string(depth) == "3" ? 2 : 0));
   }
 }
+
+namespace {
+
+// A dump of `ranks` ranks of one token each whose observed denominators are `literal` for every rank: in
+// `tokens.divided_by`, or in `mass.per_rank`.
+std::string dump_with_denominators(std::size_t ranks, const std::string& member, const std::string& literal) {
+  std::string targets;
+  std::string values;
+  std::string denominators;
+  const bool masses = member == "mass";  // masses belong to the weighted objective
+  const std::string rank = masses ? R"({"targets": [2], "weights": [1]})" : R"({"targets": [2]})";
+  for (std::size_t r = 0; r < ranks; ++r) {
+    targets += (r ? "," : "") + rank;
+    values += (r ? ",\"0\"" : "\"0\"");
+    denominators += (r ? "," : "") + literal;
+  }
+  const std::string observed = masses ? R"("mass": {"per_rank": [)" + denominators + "]}"
+                                      : R"("tokens": {"divided_by": [)" + denominators + "]}";
+  return std::string(R"({"format": "normcheck/1", )") + (masses ? R"("objective": "weighted_token_mean", )" : "") +
+         R"("ranks": [)" + targets + "], \"world_size\": " + std::to_string(ranks) +
+         R"(, "observed": {"per_rank": [)" + values + R"(], "dtype": "float32", )" + observed + "}}";
+}
+
+}  // namespace
+
+TEST_CASE("observed divisors and masses count against --max-exact-digits, and long ones are shortened in details") {
+  hardening::temporary_directory dir;
+  for (const char* member : {"divided_by", "mass"}) {
+    CAPTURE(member);
+    SUBCASE("8000 literals of 1e-10000 (240 to 370 KB) are refused as limit_exceeded, within little memory") {
+      hardening::write_text(dir / "many.json", dump_with_denominators(8000, member, "1e-10000"));
+      const process_result result = run({"check", dir / "many.json"});
+      CHECK_FALSE(result.timed_out);
+      CHECK(result.status == 2);
+      CHECK(result.out.find("limit_exceeded") != std::string::npos);
+      CHECK(result.out.find("--max-exact-digits") != std::string::npos);
+      CHECK(result.peak_kib < peak_bound_kib);
+    }
+    SUBCASE("within the budget, a wrong divisor of ten thousand digits is shown shortened") {
+      hardening::write_text(dir / "few.json", dump_with_denominators(50, member, "1e-10000"));
+      const process_result result = run({"check", "--json", dir / "few.json"});
+      CHECK_FALSE(result.timed_out);
+      CHECK(result.status == 1);
+      CHECK(result.out.find("\"denominator\"") != std::string::npos);
+      CHECK(result.out.find("digits") != std::string::npos);
+      // 50 values of 10001 digits copied out would pass 500 KB.
+      CHECK(result.out.size() < 100 * 1024);
+    }
+  }
+}
