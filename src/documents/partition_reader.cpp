@@ -198,14 +198,13 @@ private:
   void read_weights(rank_stats& rank, std::uint64_t tokens_offset, std::uint64_t weights_offset, bool accumulated) {
     field_reader tokens = json_.at(tokens_offset);
     field_reader weights = json_.at(weights_offset);
-    const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
-    // One microbatch that declares sequences has its weights as {"sequences": …}, read beside it.
-    const bool sequences_beside = !accumulated && tokens.peek() == json_kind::object && weights.peek() == json_kind::object;
-    if (weights.peek() != json_kind::array && !sequences_beside) weights.fail_type("weights", shape);
-    if (!accumulated) {
+    if (!accumulated) {  // one microbatch: a token array, or sequences (the weights shaped like them)
+      if (tokens.peek() != json_kind::object && weights.peek() != json_kind::array)
+        weights.fail_type("weights", "an array of weights");
       rank.microbatches.front() = read_weighted_microbatch(tokens, weights);
       return;
     }
+    if (weights.peek() != json_kind::array) weights.fail_type("weights", "an array of weight arrays, one per microbatch");
     tokens.begin_array();
     weights.begin_array();
     for (microbatch_stats& microbatch : rank.microbatches) {
@@ -270,7 +269,7 @@ private:
                    weights.value_offset());
     if (weights.next_member(weights_key))
       weights.fail_unknown_key(weights_key, "in the weights beside sequences (they have only \"sequences\")");
-    // Close the tokens' object too, so that a further microbatch of the rank can be read.
+    // The tokens' object was checked when it was first read: only its closing brace is left.
     if (tokens.next_member(key)) tokens.fail_unknown_key(key, "in a microbatch of sequences");
     return make_sequenced_microbatch(std::move(sequences));
   }
@@ -470,7 +469,7 @@ private:
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding), a compact group "
                             "{\"count\": n, \"value\": y}, or {\"sequences\": [[…], …]}");
     if (pool_) {
-      const std::optional<std::uint64_t> close = detail::token_array_end(text_, offset);
+      const std::optional<std::uint64_t> close = detail::token_array_end(json_, text_, offset);
       if (close && *close - offset >= parallel_array_bytes) {
         pooled_ticket_ = pool_->add(offset, *close);
         json_.skip_to(*close + 1);
