@@ -378,6 +378,12 @@ std::string place_of(const group_facts& f) {
 
 }  // namespace
 
+std::vector<weight_candidate> weight_candidates(const partition& update) {
+  std::vector<weight_candidate> out;
+  for (candidate& c : candidates_of(update)) out.push_back({std::move(c.name), std::move(c.weights)});
+  return out;
+}
+
 std::optional<std::string> replica_difference(const group_measurement& measurement) {
   auto first_difference = [](const std::vector<std::vector<observed_value>>& vectors,
                              std::string_view what) -> std::optional<std::string> {
