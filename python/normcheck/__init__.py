@@ -3,11 +3,39 @@
 Modules: ``normcheck.dump`` (the normcheck/1 writer), ``normcheck.check`` (runs ``normcheck check`` and
 ``suggest``; raises ``NormcheckFailure`` with the diagnosis), ``normcheck.torch`` (``Probe``, needs
 torch), ``normcheck.launch`` (W local ranks with a time limit) and the pytest fixture ``normcheck_gate``.
-Importing ``normcheck`` itself needs only the standard library.
+Importing ``normcheck`` itself needs only the standard library. ``pip install`` of the repository builds
+the executable into the package (``normcheck/bin/normcheck``) and puts ``normcheck`` on PATH.
 """
 
 from .check import NormcheckError, NormcheckFailure, Verdict, assert_passes, run_check
 
 __all__ = ["__version__", "NormcheckError", "NormcheckFailure", "Verdict", "assert_passes", "run_check"]
 
-__version__ = "0.1.0"
+
+def _version_of_checkout() -> str:
+    """The version in project() of the checkout's CMakeLists.txt, for the package used from a checkout."""
+    import os
+    import re
+
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "CMakeLists.txt")
+    try:
+        with open(top, encoding="utf-8") as f:
+            found = re.search(r"project\(normcheck\s+VERSION\s+([0-9][0-9.]*)", f.read())
+    except OSError:
+        found = None
+    return found.group(1) if found else "0+unknown"
+
+
+# One version for the package and its executable, from project() in CMakeLists.txt: an installed package
+# has it in _version.py, written at build time; a checkout (PYTHONPATH=python) reads it from there.
+def _version() -> str:
+    import importlib
+
+    try:
+        return str(importlib.import_module(f"{__name__}._version").__version__)
+    except ImportError:
+        return _version_of_checkout()
+
+
+__version__: str = _version()
+"""The package's version, the same as ``normcheck --version`` of the executable built with it."""

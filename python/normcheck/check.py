@@ -98,8 +98,19 @@ class Suggestion:
     partition: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
+def _bundled_executable() -> Optional[str]:
+    """The executable built into this package by ``pip install`` (normcheck/bin/normcheck), if there is one."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "normcheck")
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
 def find_executable(executable: Optional[PathLike] = None) -> str:
-    """The normcheck executable: ``executable`` if given, else ``$NORMCHECK``, else ``normcheck`` on PATH."""
+    """The normcheck executable: ``executable`` if given, else the one installed with this package, else
+    ``$NORMCHECK``, else ``normcheck`` on PATH."""
+    if executable is None:
+        bundled = _bundled_executable()
+        if bundled is not None:
+            return bundled
     chosen = os.fspath(executable) if executable is not None else os.environ.get("NORMCHECK") or None
     if chosen is not None:
         found = shutil.which(chosen) if os.sep not in chosen else (chosen if os.access(chosen, os.X_OK) else None)
@@ -110,11 +121,12 @@ def find_executable(executable: Optional[PathLike] = None) -> str:
     found = shutil.which("normcheck")
     if not found:
         raise NormcheckError("no normcheck executable: pass its path, set $NORMCHECK, or put normcheck on PATH "
-                             "(it is built by `cmake --build build --target normcheck`)")
+                             "(`pip install .` of the repository builds one into the package; "
+                             "`cmake --build build --target normcheck` builds build/normcheck)")
     return found
 
 
-def _run(command: List[str], timeout: float, stdin: Optional[str] = None) -> subprocess.CompletedProcess:
+def _run(command: List[str], timeout: float, stdin: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, input=stdin)
     except subprocess.TimeoutExpired:
@@ -123,7 +135,7 @@ def _run(command: List[str], timeout: float, stdin: Optional[str] = None) -> sub
         raise NormcheckError(f"cannot run {command[0]}: {e}") from None
 
 
-def _json_output(done: subprocess.CompletedProcess, command: List[str]) -> Dict[str, Any]:
+def _json_output(done: "subprocess.CompletedProcess[str]", command: List[str]) -> Dict[str, Any]:
     try:
         result = json.loads(done.stdout)
     except ValueError:
@@ -132,10 +144,6 @@ def _json_output(done: subprocess.CompletedProcess, command: List[str]) -> Dict[
     if not isinstance(result, dict):
         raise NormcheckError(f"{' '.join(command)} printed JSON that is not an object")
     return result
-
-
-def _unknown_option(done: subprocess.CompletedProcess, option: str) -> bool:
-    return done.returncode == 2 and option in done.stderr and "not expected" in done.stderr
 
 
 def describe(report: Dict[str, Any]) -> str:
@@ -196,8 +204,8 @@ def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optiona
     """Runs ``normcheck check --json`` (with ``--require-gate`` unless told otherwise) on files or folders.
 
     Returns one ``Verdict`` per file normcheck reported. Raises ``NormcheckError`` when there is nothing
-    to check or the executable cannot be run. An executable that predates ``--require-gate`` is run
-    without it, and a file without ``observed`` is then counted as failed here.
+    to check or the executable cannot be run, or when it printed no JSON report (so does an executable
+    too old for these options: its own message says which).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -208,9 +216,6 @@ def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optiona
     options = ["--require-gate"] if require_gate else []
     command = [program, "check", "--json", *options, *files]
     done = _run(command, timeout)
-    if options and _unknown_option(done, "--require-gate"):
-        command = [program, "check", "--json", *files]
-        done = _run(command, timeout)
     if done.returncode not in (0, 1, 2):
         raise NormcheckError(f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()[:2000]}")
     result = _json_output(done, command)

@@ -116,19 +116,18 @@ def recording_executable(tmp_path, require_gate, report, status=0):
                                                         require_gate=require_gate)), log
 
 
-def test_require_gate_is_passed_and_an_older_executable_is_run_without_it(tmp_path):
+def test_require_gate_is_passed_and_an_older_executable_is_an_error_in_its_own_words(tmp_path):
     judged = {"reports": [{"file": "f.json", "status": "pass", "failures": [], "gate": {"verdict": "pass"}}]}
     current, log = recording_executable(tmp_path, ":", judged)
     [verdict] = check.run_check("f.json", executable=current)
     assert log.read_text().split("\n")[0] == "check --json --require-gate f.json"
     assert verdict.passed
     log.unlink()
-    unjudged = {"reports": [{"file": "f.json", "status": "pass", "failures": []}]}
     older, log = recording_executable(tmp_path, "echo 'The following argument was not expected: --require-gate' >&2; exit 2",
-                                      unjudged)
-    [verdict] = check.run_check("f.json", executable=older)
-    assert log.read_text().split("\n")[:2] == ["check --json --require-gate f.json", "check --json f.json"]
-    assert verdict.status == "fail" and not verdict.passed  # no gate: the rule applied here
+                                      {"not": "reached"})
+    with pytest.raises(check.NormcheckError, match="without a JSON report: The following argument was not expected"):
+        check.run_check("f.json", executable=older)
+    assert log.read_text().split("\n")[:2] == ["check --json --require-gate f.json", ""]  # run once, never without
 
 
 def test_output_that_is_not_a_report_is_an_error(tmp_path):

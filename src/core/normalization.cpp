@@ -72,10 +72,15 @@ std::optional<rational> per_microbatch_summed(const objective_units& units, cons
 }
 
 std::optional<rational> per_microbatch_empty_counted(const objective_units& units, const group_ref& at) {
-  const rank_stats& rank = units.update().ranks[at.rank];
-  const bool some_empty = std::any_of(rank.microbatches.begin(), rank.microbatches.end(),
-                                      [](const microbatch_stats& m) { return m.valid_tokens == 0; });
-  if (!some_empty) return std::nullopt;  // microbatch_mean itself
+  // The code skips an empty microbatch's 0/0 but still counts it in Gᵣ; a rank without an empty one gets
+  // microbatch_mean's weights. Where no rank has one, this is microbatch_mean itself.
+  const partition& update = units.update();
+  const bool some_empty = std::any_of(update.ranks.begin(), update.ranks.end(), [](const rank_stats& r) {
+    return std::any_of(r.microbatches.begin(), r.microbatches.end(),
+                       [](const microbatch_stats& m) { return m.valid_tokens == 0; });
+  });
+  if (!some_empty) return std::nullopt;
+  const rank_stats& rank = update.ranks[at.rank];
   const rational count = units.of_microbatch(at.rank, at.microbatch);
   if (count == 0) return rational(0);
   rational c = 1 / (count * rank.microbatches.size());
@@ -281,6 +286,14 @@ std::optional<rational> local_coefficient(const objective_units& units, const no
   const group_stats& group = units.update().ranks[where.rank].microbatches[where.microbatch].group(where.group);
   rational coefficient = *c * units.token_factor(group);
   return coefficient;
+}
+
+std::optional<rational> delivered_unit_weight(const objective_units& units, const normalization& n,
+                                              const group_ref& where) {
+  std::optional<rational> c = n.coefficient(units, where);
+  if (!c) return std::nullopt;
+  *c *= reduction(units, n);
+  return c;
 }
 
 std::optional<std::vector<rational>> delivered_weights(const objective_units& units, const normalization& n) {

@@ -4,6 +4,7 @@
 #include "normcheck/io/text.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 namespace normcheck {
 
@@ -90,18 +91,102 @@ bool group_fits(std::size_t g, const rational& weight, const std::vector<group_f
   return !m.witness || component_fits((*m.witness)[g], weight, f.witness_derivative, f.witness_magnitude, bounds);
 }
 
-// Whether a table of delivered weights accounts for every component (each within its bound).
-bool table_fits(const std::vector<rational>& weights, const std::vector<group_facts>& facts, const measured& m,
+// A table of delivered weights read group by group, so that a candidate that differs from the observation
+// is dropped at its first differing group: a normalization in some objective's units, times a factor, and
+// for geometric weights times a^(G−1−m) along each rank's microbatches. The coefficient of a unit (an
+// update, rank or microbatch) is computed once while its groups are read in order.
+class lazy_table {
+public:
+  lazy_table(const partition& update, objective_kind objective, const normalization& n)
+      : units_(update, objective), normalization_(&n) {}
+
+  /// The weight of the group at `where`, or nullopt where the coefficient is undefined.
+  std::optional<rational> at(const group_ref& where) const {
+    const unit_key key = key_of(where);
+    if (!cached_ || cached_->first != key) {
+      std::optional<rational> c = delivered_unit_weight(units_, *normalization_, where);
+      if (c && factor_ != 1) *c *= factor_;
+      cached_ = std::make_pair(key, std::move(c));
+    }
+    if (!cached_->second) return std::nullopt;
+    rational weight = *cached_->second;
+    if (units_.objective() == objective_kind::sequence_mean) weight *= units_.token_factor(group_of(where));
+    if (ratio_) weight *= power(*ratio_, units_.update().ranks[where.rank].microbatches.size() - 1 - where.microbatch);
+    return weight;
+  }
+
+  /// This table times `factor`.
+  lazy_table scaled(const rational& factor) const {
+    lazy_table out = *this;
+    out.factor_ *= factor;
+    out.cached_.reset();
+    return out;
+  }
+
+  /// This table with microbatch m of each rank of G weighted by a^(G−1−m) more.
+  lazy_table geometric(const rational& a) const {
+    lazy_table out = *this;
+    out.ratio_ = a;
+    out.cached_.reset();
+    return out;
+  }
+
+  /// Every weight, in group order (nullopt if one is undefined).
+  std::optional<std::vector<rational>> all(const std::vector<group_facts>& facts) const {
+    std::vector<rational> out;
+    out.reserve(facts.size());
+    for (const group_facts& f : facts) {
+      std::optional<rational> w = at(f.where);
+      if (!w) return std::nullopt;
+      out.push_back(std::move(*w));
+    }
+    return out;
+  }
+
+private:
+  using unit_key = std::tuple<std::size_t, std::size_t, std::size_t>;
+
+  unit_key key_of(const group_ref& where) const {
+    switch (normalization_->level) {
+      case scope::update: return {0, 0, 0};
+      case scope::rank: return {where.rank + 1, 0, 0};
+      case scope::microbatch: return {where.rank + 1, where.microbatch + 1, 0};
+      case scope::group: break;
+    }
+    return {where.rank + 1, where.microbatch + 1, where.group + 1};
+  }
+
+  const group_stats& group_of(const group_ref& where) const {
+    return units_.update().ranks[where.rank].microbatches[where.microbatch].group(where.group);
+  }
+
+  static rational power(const rational& a, std::size_t k) {
+    rational p = 1;
+    for (std::size_t i = 0; i < k; ++i) p *= a;
+    return p;
+  }
+
+  objective_units units_;
+  const normalization* normalization_;
+  rational factor_ = 1;
+  std::optional<rational> ratio_;
+  mutable std::optional<std::pair<unit_key, std::optional<rational>>> cached_;
+};
+
+// Whether a table accounts for every component (each within its bound), read until its first difference.
+bool table_fits(const lazy_table& table, const std::vector<group_facts>& facts, const measured& m,
                 const group_bounds& bounds) {
-  for (std::size_t g = 0; g < weights.size(); ++g)
-    if (!group_fits(g, weights[g], facts, m, bounds)) return false;
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    const std::optional<rational> w = table.at(facts[g].where);
+    if (!w || !group_fits(g, *w, facts, m, bounds)) return false;
+  }
   return true;
 }
 
 // A weight table a candidate computation would produce, with its name and words.
 struct candidate {
   std::string name;
-  std::vector<rational> weights;
+  lazy_table table;
   mistake_words words;
 };
 
@@ -128,15 +213,13 @@ rational nearest_simple(const rational& x, std::uint64_t most) {
   return negative ? rational(-best) : best;
 }
 
-// The group whose component is measured most precisely under `weights`: the largest |c·D| with a finite
-// observation; nullopt when there is none.
-std::optional<std::size_t> anchor_group(const std::vector<rational>& weights, const std::vector<group_facts>& facts,
-                                        const measured& m) {
+// The group measured most precisely: the largest derivative sum with a finite observation.
+std::optional<std::size_t> anchor_group(const std::vector<group_facts>& facts, const measured& m) {
   std::optional<std::size_t> best;
   rational largest;
-  for (std::size_t g = 0; g < weights.size(); ++g) {
+  for (std::size_t g = 0; g < facts.size(); ++g) {
     if (!std::holds_alternative<rational>((*m.primary)[g])) continue;
-    rational size = abs(weights[g] * facts[g].derivative);
+    rational size = abs(facts[g].derivative);
     if (size > largest) {
       largest = std::move(size);
       best = g;
@@ -145,24 +228,15 @@ std::optional<std::size_t> anchor_group(const std::vector<rational>& weights, co
   return best;
 }
 
-// The factor λ that the observation suggests for `weights` (observed / predicted at the anchor group).
-std::optional<rational> suggested_factor(const std::vector<rational>& weights, const std::vector<group_facts>& facts,
-                                         const measured& m) {
-  const std::optional<std::size_t> g = anchor_group(weights, facts, m);
-  if (!g) return std::nullopt;
-  rational predicted = weights[*g] * facts[*g].derivative;
-  rational factor = std::get<rational>((*m.primary)[*g]) / predicted;
+// The factor λ that the observation suggests for `table` (observed / predicted at the anchor group).
+std::optional<rational> suggested_factor(const lazy_table& table, const std::vector<group_facts>& facts,
+                                         const measured& m, std::optional<std::size_t> anchor) {
+  if (!anchor) return std::nullopt;
+  const std::optional<rational> w = table.at(facts[*anchor].where);
+  if (!w || *w == 0) return std::nullopt;
+  rational predicted = *w * facts[*anchor].derivative;
+  rational factor = std::get<rational>((*m.primary)[*anchor]) / predicted;
   return factor;
-}
-
-std::vector<rational> scaled(const std::vector<rational>& weights, const rational& factor) {
-  std::vector<rational> out;
-  out.reserve(weights.size());
-  for (const rational& w : weights) {
-    rational s = w * factor;
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 // The same number of microbatches on every rank, or 0.
@@ -227,27 +301,24 @@ std::string foreign_name(const normalization& n, objective_kind written_for, red
 // under every other objective the update can be counted in.
 std::vector<candidate> candidates_of(const partition& update) {
   std::vector<candidate> out;
-  const objective_units declared(update, update.objective);
   const std::string_view correct = update.reducer == reducer_kind::mean ? "scaled_sum" : "global_share";
   const bool accumulates = std::any_of(update.ranks.begin(), update.ranks.end(),
                                        [](const rank_stats& r) { return r.microbatches.size() > 1; });
-  auto add = [&](std::string name, const objective_units& units, const normalization& n) {
-    std::optional<std::vector<rational>> weights = delivered_weights(units, n);
-    if (!weights) return;
-    out.push_back({name, std::move(*weights), table_mistake_words(name, update)});
+  auto add = [&](std::string name, objective_kind objective, const normalization& n) {
+    mistake_words words = table_mistake_words(name, update);
+    out.push_back({std::move(name), lazy_table(update, objective, n), std::move(words)});
   };
   for (const normalization& n : report_normalizations()) {
     if (n.objective_itself || n.name == correct) continue;
     if (n.name == "microbatch_mean" && !accumulates) continue;
     // Under the sequence mean, a rank's unnormalized sum adds its sequences' means.
     const bool sequence_sum = n.name == "local_sum" && update.objective == objective_kind::sequence_mean;
-    add(sequence_sum ? "sum_of_sequence_means" : std::string(n.name), declared, n);
+    add(sequence_sum ? "sum_of_sequence_means" : std::string(n.name), update.objective, n);
   }
-  for (const normalization& n : diagnosed_normalizations()) add(std::string(n.name), declared, n);
+  for (const normalization& n : diagnosed_normalizations()) add(std::string(n.name), update.objective, n);
   for (objective_kind other : {objective_kind::token_mean, objective_kind::sequence_mean,
                                objective_kind::sequence_sum_mean, objective_kind::constant}) {
     if (other == update.objective || !objective_units::applies(update, other)) continue;
-    const objective_units units(update, other);
     for (const normalization& n : report_normalizations()) {
       if (n.objective_itself) continue;
       if (n.name == "microbatch_mean" && !accumulates) continue;
@@ -255,7 +326,7 @@ std::vector<candidate> candidates_of(const partition& update) {
       if (update.objective == objective_kind::weighted_token_mean && other == objective_kind::token_mean &&
           n.name == correct)
         name = "count_denominator";
-      add(std::move(name), units, n);
+      add(std::move(name), other, n);
     }
   }
   return out;
@@ -266,26 +337,25 @@ std::vector<candidate> candidates_of(const partition& update) {
 // the first rank of three or more microbatches and tried as the simplest nearby fraction.
 std::optional<candidate> geometric_fit(const candidate& base, const partition& update,
                                        const std::vector<group_facts>& facts, const measured& m,
-                                       const group_bounds& bounds) {
-  // The first group of each microbatch with tokens on the first rank of three or more microbatches.
+                                       const group_bounds& bounds, std::optional<std::size_t> anchor) {
   std::optional<std::size_t> rank;
   for (std::size_t r = 0; r < update.ranks.size() && !rank; ++r)
     if (update.ranks[r].microbatches.size() >= 3) rank = r;
   if (!rank) return std::nullopt;
-  std::vector<std::optional<rational>> ratios;  // observed / base, per microbatch of that rank
+  // observed / base for the first group of each of that rank's microbatches, in order.
+  std::vector<std::optional<rational>> ratios;
   for (std::size_t g = 0; g < facts.size(); ++g) {
     const group_facts& f = facts[g];
     if (f.where.rank != *rank || f.where.group != 0) continue;
     const rational* number = std::get_if<rational>(&(*m.primary)[g]);
-    const rational predicted = base.weights[g] * f.derivative;
-    if (!number || predicted == 0) {
+    const std::optional<rational> w = base.table.at(f.where);
+    if (!number || !w || *w == 0 || f.derivative == 0) {
       ratios.emplace_back();
       continue;
     }
-    rational ratio = *number / predicted;
+    rational ratio = *number / (*w * f.derivative);
     ratios.emplace_back(std::move(ratio));
   }
-  // a from the two last microbatches with a value: ratio(m) / ratio(m + 1).
   std::optional<rational> a;
   for (std::size_t i = ratios.size(); i-- > 1;)
     if (ratios[i] && ratios[i - 1] && *ratios[i] != 0) {
@@ -293,18 +363,12 @@ std::optional<candidate> geometric_fit(const candidate& base, const partition& u
       break;
     }
   if (!a || *a == 1 || *a <= 0) return std::nullopt;
-  std::vector<rational> weights = base.weights;
-  for (std::size_t g = 0; g < facts.size(); ++g) {
-    const std::size_t later = update.ranks[facts[g].where.rank].microbatches.size() - 1 - facts[g].where.microbatch;
-    rational power = 1;
-    for (std::size_t i = 0; i < later; ++i) power *= *a;
-    weights[g] *= power;
-  }
-  const std::optional<rational> factor = suggested_factor(weights, facts, m);
+  const lazy_table weighted = base.table.geometric(*a);
+  const std::optional<rational> factor = suggested_factor(weighted, facts, m, anchor);
   if (!factor) return std::nullopt;
   const rational lambda = nearest_simple(*factor, 64);
   if (lambda <= 0) return std::nullopt;
-  std::vector<rational> fitted = scaled(weights, lambda);
+  lazy_table fitted = weighted.scaled(lambda);
   if (!table_fits(fitted, facts, m, bounds)) return std::nullopt;
   mistake_words words = table_mistake_words("geometric", update);
   words.computed += " (each microbatch weighs " + to_string(*a) + " times the next one, relative to " + base.name +
@@ -315,13 +379,13 @@ std::optional<candidate> geometric_fit(const candidate& base, const partition& u
 // `base` times the simplest factor the observation suggests, if that accounts for every component.
 std::optional<candidate> factor_fit(const candidate& base, const partition& update,
                                     const std::vector<group_facts>& facts, const measured& m,
-                                    const group_bounds& bounds) {
-  const std::optional<rational> suggested = suggested_factor(base.weights, facts, m);
+                                    const group_bounds& bounds, std::optional<std::size_t> anchor) {
+  const std::optional<rational> suggested = suggested_factor(base.table, facts, m, anchor);
   if (!suggested || *suggested <= 0) return std::nullopt;
   const rational factor = nearest_simple(*suggested, 64);
   if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return std::nullopt;
-  std::vector<rational> weights = scaled(base.weights, factor);
-  if (!table_fits(weights, facts, m, bounds)) return std::nullopt;
+  lazy_table table = base.table.scaled(factor);
+  if (!table_fits(table, facts, m, bounds)) return std::nullopt;
   const factor_label label = label_of(factor, update);
   std::string name = base.name + label.text;
   mistake_words words;
@@ -338,12 +402,12 @@ std::optional<candidate> factor_fit(const candidate& base, const partition& upda
     words = {base.words.computed + ", and the result " + scaling.computed,
              base.words.why_wrong + "; and it is " + scaling.computed + ": " + scaling.why_wrong};
   }
-  return candidate{std::move(name), std::move(weights), std::move(words)};
+  return candidate{std::move(name), std::move(table), std::move(words)};
 }
 
 explanation explain(const candidate& c, const std::vector<group_facts>& facts, const std::string& instead) {
   tree_sum total;
-  for (std::size_t g = 0; g < facts.size(); ++g) total.add(c.weights[g] * facts[g].derivative);
+  for (const group_facts& f : facts) total.add(c.table.at(f.where).value_or(rational(0)) * f.derivative);
   return {c.name, total.value(), std::nullopt, c.words.computed, c.words.why_wrong, instead};
 }
 
@@ -380,7 +444,22 @@ std::string place_of(const group_facts& f) {
 
 std::vector<weight_candidate> weight_candidates(const partition& update) {
   std::vector<weight_candidate> out;
-  for (candidate& c : candidates_of(update)) out.push_back({std::move(c.name), std::move(c.weights)});
+  for (candidate& c : candidates_of(update)) {
+    // The whole table, group by group; a candidate undefined somewhere is no computation of this update.
+    std::vector<rational> weights;
+    bool defined = true;
+    for (std::size_t r = 0; r < update.ranks.size() && defined; ++r)
+      for (std::size_t m = 0; m < update.ranks[r].microbatches.size() && defined; ++m)
+        for (std::size_t g = 0; g < update.ranks[r].microbatches[m].group_count(); ++g) {
+          std::optional<rational> w = c.table.at({r, m, g});
+          if (!w) {
+            defined = false;
+            break;
+          }
+          weights.push_back(std::move(*w));
+        }
+    if (defined) out.push_back({std::move(c.name), std::move(weights)});
+  }
   return out;
 }
 
@@ -404,8 +483,9 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   const std::vector<group_facts> facts = facts_of(update);
   const measured m{&measurement.per_rank.front(), measurement.witness.empty() ? nullptr : &measurement.witness.front()};
   const objective_units units(update, update.objective);
-  const std::vector<rational> objective =
-      delivered_weights(units, normalization_of(strategy::global_mean)).value_or(std::vector<rational>(facts.size()));
+  const lazy_table objective_table(update, update.objective, normalization_of(strategy::global_mean));
+  const std::vector<rational> objective = objective_table.all(facts).value_or(std::vector<rational>(facts.size()));
+  const std::optional<std::size_t> anchor = anchor_group(facts, m);
 
   std::size_t outside = 0;
   std::optional<std::size_t> first_outside;
@@ -447,11 +527,13 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   }
   // The exact candidates that fit; among those with the same table on this update, the first only.
   std::vector<const candidate*> fitting;
+  std::vector<std::vector<rational>> fitting_tables;
   for (const candidate& c : candidates) {
-    if (!table_fits(c.weights, facts, m, bounds)) continue;
-    const bool repeated = std::any_of(fitting.begin(), fitting.end(),
-                                      [&](const candidate* earlier) { return earlier->weights == c.weights; });
-    if (!repeated) fitting.push_back(&c);
+    if (!table_fits(c.table, facts, m, bounds)) continue;
+    std::vector<rational> table = c.table.all(facts).value_or(std::vector<rational>());
+    if (std::find(fitting_tables.begin(), fitting_tables.end(), table) != fitting_tables.end()) continue;
+    fitting_tables.push_back(std::move(table));
+    fitting.push_back(&c);
   }
   if (result.matches_objective) {
     result.detail = "all " + std::to_string(facts.size()) + " groups weigh what the objective gives them, each "
@@ -474,20 +556,22 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   if (!result.diagnosis.empty()) return result;
 
   // A factor on the objective or on a candidate, then geometric weights.
-  const candidate objective_candidate{"objective", objective, {}};
+  const candidate objective_candidate{"objective", objective_table, {}};
   std::vector<candidate> scaled_fits;
+  std::vector<std::vector<rational>> scaled_tables;
   auto keep = [&](std::optional<candidate> c) {
     if (!c) return;
-    const bool repeated = std::any_of(scaled_fits.begin(), scaled_fits.end(),
-                                      [&](const candidate& earlier) { return earlier.weights == c->weights; });
-    if (!repeated) scaled_fits.push_back(std::move(*c));
+    std::vector<rational> table = c->table.all(facts).value_or(std::vector<rational>());
+    if (std::find(scaled_tables.begin(), scaled_tables.end(), table) != scaled_tables.end()) return;
+    scaled_tables.push_back(std::move(table));
+    scaled_fits.push_back(std::move(*c));
   };
-  keep(factor_fit(objective_candidate, update, facts, m, bounds));
-  for (const candidate& c : candidates) keep(factor_fit(c, update, facts, m, bounds));
+  keep(factor_fit(objective_candidate, update, facts, m, bounds, anchor));
+  for (const candidate& c : candidates) keep(factor_fit(c, update, facts, m, bounds, anchor));
   if (scaled_fits.empty()) {
-    keep(geometric_fit(objective_candidate, update, facts, m, bounds));
+    keep(geometric_fit(objective_candidate, update, facts, m, bounds, anchor));
     for (const candidate& c : candidates)
-      if (c.name == "microbatch_mean") keep(geometric_fit(c, update, facts, m, bounds));
+      if (c.name == "microbatch_mean") keep(geometric_fit(c, update, facts, m, bounds, anchor));
   }
   for (const candidate& c : scaled_fits) result.diagnosis.push_back(explain(c, facts, instead));
   if (!result.diagnosis.empty()) return result;
@@ -506,9 +590,8 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     return result;
   }
   mistake_words words = table_mistake_words("unexplained", update);
-  if (const std::optional<rational> factor = suggested_factor(objective, facts, m)) {
-    const std::vector<rational> uniform = scaled(objective, *factor);
-    if (table_fits(uniform, facts, m, bounds))
+  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor)) {
+    if (table_fits(objective_table.scaled(*factor), facts, m, bounds))
       words.computed += "; every group weighs the objective's weight times ≈ " + approximate(*factor) +
                         ", as if the loss sum had been divided by ≈ " + approximate(units.total() / *factor) +
                         " instead of " + std::string(units.symbol(0)) + " = " + on_screen(units.total());

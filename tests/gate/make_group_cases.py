@@ -152,6 +152,23 @@ def main():
                                 lambda r, m, g, n: F(4 * W, N), expect=("fail", ["objective×4"])))
     write("geometric", u.document("the accumulated buffer halved after every microbatch",
                                   lambda r, m, g, n: F(W, N) / 2 ** (u.G(r) - 1 - m), expect=("fail", ["geometric"])))
+    write("times_W_G", u.document("the world size and the accumulation factor both applied once too often",
+                                  lambda r, m, g, n: F(W * W * 3, N), expect=("fail", ["objective×W·G"])))
+    # Four microbatches per rank, so that G/3 is neither a world-size nor an accumulation factor.
+    four = Update([[[(3, 1)], [(1, 0)], [(4, 2)], [(2, 0)]], [[(2, 0)], [(5, 1)], [(2, 0)], [(6, 0)]]])
+    write("other_window", four.document("microbatch means divided by 3 where the window accumulated G = 4",
+                                        lambda r, m, g, n: F(1, 3 * four.n_rm(r, m)), expect=("fail", ["other_window"])))
+    write("microbatch_global_count", u.document("each microbatch divided by its own count summed over the ranks",
+                                                lambda r, m, g, n: F(W, 3 * sum(u.n_rm(q, m) for q in range(W))),
+                                                expect=("fail", ["microbatch_global_count"])))
+    write("prefix_count", u.document("each microbatch divided by the count seen so far in the window",
+                                     lambda r, m, g, n: F(1, sum(u.n_rm(r, k) for k in range(m + 1))),
+                                     expect=("fail", ["prefix_count"])))
+    # An empty microbatch on rank 0 still counted in its G.
+    e = Update([[[(3, 1)], [(0, 4)], [(4, 0)]], [[(2, 0)], [(5, 1)], [(2, 0)]]])
+    write("empty_microbatches_counted", e.document("microbatch means over the non-empty ones, divided by G = 3 all the same",
+                                                   lambda r, m, g, n: F(1, e.G(r) * e.n_rm(r, m)) if n else F(0),
+                                                   expect=("fail", ["empty_microbatches_counted"])))
     # A weight that varies inside a group: two sequences of a microbatch that declares none, each given its
     # own mean. The witness sees it.
     varying = Update([[[(5, 0)]], [[(3, 0)]]])
@@ -183,6 +200,22 @@ def main():
                                                       lambda r, m, g, n: F(2, B * n), expect=("fail", ["sequence_mean"])))
     write("count_before_shift", s.document("labels counted before the shift: N plus one per row",
                                            lambda r, m, g, n: F(2, NS + B), expect=("fail", ["count_before_shift"])))
+    # Sequences per token differ between microbatches here, so that a share of sequences is not a share of
+    # tokens (which would be the local mean).
+    shares = Update([[[(3, 0), (1, 0), (2, 0)], [(5, 0)]], [[(2, 0)], [(4, 0), (4, 0)]]], sequences=True)
+
+    def b_rm(r, m):
+        return sum(1 for n, _ in shares.ranks[r][m] if n > 0)
+
+    def b_r(r):
+        return sum(b_rm(r, m) for m in range(shares.G(r)))
+
+    write("sequence_share", shares.document("microbatch means weighted by the microbatch's share of the rank's sequences",
+                                            lambda r, m, g, n: F(b_rm(r, m), b_r(r) * shares.n_rm(r, m)),
+                                            expect=("fail", ["sequence_share"])))
+    write("sequence_positions", s.document("each sequence divided by its positions, padding included",
+                                           lambda r, m, g, n: F(1, n + s.ranks[r][m][g][1]),
+                                           expect=("fail", ["sequence_positions"])))
     so = Update(s.ranks, sequences=True, objective="sequence_mean")
     write("sequence_mean_correct", so.document("GRPO's per-sequence token mean, averaged over the update's sequences",
                                                lambda r, m, g, n: F(2, B * n), expect=("pass", [])))

@@ -1,55 +1,46 @@
 #!/usr/bin/env python3
-"""Runs the Python package's pytest suites for CTest, under an interpreter that has what they need.
+"""Runs one of the Python package's pytest suites for CTest, under the interpreter that runs this script.
 
-    run_pytest.py --normcheck EXE --source DIR --basetemp DIR [--torch] -- PYTEST-ARGUMENTS...
+    run_pytest.py --normcheck EXE --source DIR --basetemp DIR [--torch MAJOR.MINOR] -- PYTEST-ARGUMENTS...
 
-The interpreter is the first of /usr/bin/python3 (Debian's python3-torch lives there), this one and
-python3 on PATH that imports pytest (and torch, with --torch), or only $NORMCHECK_TORCH_PYTHON when
-that is set; the run says which. The package is taken from DIR/python (PYTHONPATH), the executable
-from --normcheck (NORMCHECK). Exit status: pytest's, except 77 (skipped, the reason printed) when no
-interpreter has what the suite needs, and 1 when pytest collected nothing or skipped a test: a suite
-that checked nothing must not pass.
+CTest picks the interpreter (Debian's /usr/bin/python3 or the virtual environment's python, see
+normcheck_python_test in tests/CMakeLists.txt). The package is taken from DIR/python (PYTHONPATH), the
+executable from --normcheck (NORMCHECK). With --torch the interpreter must import that torch: the test's
+name says which torch it runs on, and a missing or different one fails it.
+
+Exit status: pytest's, except 1 when pytest or the named torch cannot be imported, when pytest collected
+nothing, or when it skipped a test: a suite that checked nothing must not pass, nor one that ran on
+another torch than its name says.
 """
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 
-SKIPPED = 77
+
+def fail(message):
+    print(f"FAILED: {message}", flush=True)
+    return 1
 
 
-def candidates():
-    chosen = os.environ.get("NORMCHECK_TORCH_PYTHON")
-    if chosen:
-        return [chosen]
-    found = []
-    for candidate in ("/usr/bin/python3", sys.executable, shutil.which("python3")):
-        if candidate and candidate not in found:
-            found.append(candidate)
-    return found
-
-
-def interpreter(modules):
-    tried = []
-    probe = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
-    for candidate in candidates():
-        if not os.path.exists(candidate):
-            tried.append(f"{candidate}: does not exist")
-            continue
-        try:
-            done = subprocess.run([candidate, "-c", probe, *modules], capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            tried.append(f"{candidate}: {e}")
-            continue
-        if done.returncode == 0:
-            return candidate
-        last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        tried.append(f"{candidate}: {last}")
-    print(f"SKIPPED: no interpreter imports {' and '.join(modules)} ({'; '.join(tried)}); install Debian's "
-          f"python3-pytest{' and python3-torch' if 'torch' in modules else ''}", flush=True)
-    sys.exit(SKIPPED)
+def check_interpreter(torch_version):
+    """None when this interpreter has pytest and the named torch; else what is missing."""
+    try:
+        import pytest  # noqa: F401
+    except ImportError as e:
+        return f"{sys.executable} cannot import pytest ({e})"
+    if torch_version is None:
+        return None
+    try:
+        import torch
+    except ImportError as e:
+        return f"{sys.executable} cannot import torch ({e}); this test runs on torch {torch_version}"
+    found = torch.__version__
+    if found != torch_version and not found.startswith(torch_version + ".") and not found.startswith(torch_version + "+"):
+        return f"{sys.executable} has torch {found}, but this test runs on torch {torch_version}"
+    print(f"torch {found}", flush=True)
+    return None
 
 
 def main():
@@ -57,28 +48,28 @@ def main():
     parser.add_argument("--normcheck", required=True)
     parser.add_argument("--source", required=True, help="the checkout: its python/ is the package")
     parser.add_argument("--basetemp", required=True, help="pytest's temporary folder (emptied first)")
-    parser.add_argument("--torch", action="store_true", help="the suite needs torch")
+    parser.add_argument("--torch", metavar="MAJOR.MINOR", help="the torch this suite runs on")
     parser.add_argument("pytest", nargs=argparse.REMAINDER)
     options = parser.parse_args()
     arguments = options.pytest[1:] if options.pytest[:1] == ["--"] else options.pytest
-    python = interpreter(["pytest", "torch"] if options.torch else ["pytest"])
+    missing = check_interpreter(options.torch)
+    if missing:
+        return fail(missing)
     package = os.path.join(os.path.abspath(options.source), "python")
     environment = dict(os.environ, NORMCHECK=os.path.abspath(options.normcheck),
                        PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])),
                        PYTHONDONTWRITEBYTECODE="1")
-    command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "--durations=5",
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "--durations=5",
                f"--basetemp={options.basetemp}", *arguments]
-    print(f"interpreter: {python}\n$ {' '.join(command)}", flush=True)
+    print(f"interpreter: {sys.executable}\n$ {' '.join(command)}", flush=True)
     done = subprocess.run(command, env=environment, cwd=options.source, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     print(done.stdout, end="", flush=True)
     summary = [line for line in done.stdout.splitlines() if line.startswith("=") and " in " in line]
     if done.returncode == 5:
-        print("FAILED: pytest collected no test", flush=True)
-        return 1
+        return fail("pytest collected no test")
     if done.returncode == 0 and summary and "skipped" in summary[-1]:
-        print("FAILED: a test was skipped where this interpreter has everything the suite needs", flush=True)
-        return 1
+        return fail("a test was skipped where this interpreter has everything the suite needs")
     return done.returncode
 
 

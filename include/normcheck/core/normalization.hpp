@@ -99,6 +99,12 @@ std::string spelled(std::string_view text, const objective_units& units);
 /// factor included; for `objective_itself` the weight the objective gives. Nullopt where it is undefined.
 std::optional<rational> local_coefficient(const objective_units& units, const normalization& n, const group_ref& where);
 
+/// What the unit of `n`'s scope that holds `where` delivers before the objective's token factor: its
+/// coefficient times the reducer's factor. Group g's weight is this times `units.token_factor(g)`; nullopt
+/// where the coefficient is undefined.
+std::optional<rational> delivered_unit_weight(const objective_units& units, const normalization& n,
+                                              const group_ref& where);
+
 /// The weight each group's tokens get in the synchronized gradient under `n` (the reducer applied), in group
 /// order; nullopt where some coefficient is undefined.
 std::optional<std::vector<rational>> delivered_weights(const objective_units& units, const normalization& n);
