@@ -1,7 +1,10 @@
-// The inexact floor for reading a partition file: simdjson On-Demand parses the document and sums
-// the token values as doubles (hexadecimal float strings through strtod). It computes what the
-// Fraction peer and normcheck compute, per rank Sᵣ = Σ(θ − y) and nᵣ, and the three gradients,
-// rounded at every step. Build: c++ -O2 -std=c++17 baseline_simdjson.cpp -lsimdjson
+// The checked read of a partition file, an inexact baseline: simdjson On-Demand parses the document
+// and asks each token value's type (string or number) before reading it, skipping nulls, and sums the
+// values as doubles (hexadecimal float strings through strtod). It computes what the Fraction peer and
+// normcheck compute, per rank Sᵣ = Σ(θ − y) and nᵣ, and the three gradients, rounded at every step.
+// The type test before every read makes it slower than the plain floor (floor.cpp), which reads each
+// value as a double first; normcheck's speed targets are stated against the floor.
+// Build: c++ -O2 -std=c++17 baseline_simdjson.cpp -lsimdjson
 
 #include <simdjson.h>
 

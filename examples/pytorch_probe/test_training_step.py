@@ -2,9 +2,10 @@
 
     PYTHONPATH=python NORMCHECK=build/normcheck /usr/bin/python3 -m pytest examples/pytorch_probe
 
-`train_step` stands for your training code; the probe adds a parameter p = 0 to the model and the
-normcheck_gate fixture runs the step on two ranks (gloo on loopback) and fails the test with
-normcheck's diagnosis when the gradient is not the token-mean gradient.
+`train_step` stands for your training code; the probe adds a parameter p = 0 to the model that
+measures the weight the step gives every sequence of every rank, and the normcheck_gate fixture runs
+the step on two ranks (gloo on loopback) and fails the test with normcheck's diagnosis and the weight
+table when those weights are not the token mean's.
 """
 
 import pytest
@@ -48,10 +49,11 @@ def step(rank, world_size, probe, per_rank_mean=False):
     p = probe(model)                          # before DDP: DDP reduces p's gradient too
     ddp = DDP(model)
     optimizer = torch.optim.AdamW(p.model_parameters(), lr=1e-3)
-    with p.step():                            # wraps cross_entropy for this step
+    with p.step():                            # captures cross_entropy, then p's gradient once reduced
         train_step(ddp, *batch(rank), world_size, per_rank_mean)
-    p.check(ddp)                              # raises NormcheckFailure with the diagnosis
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
+    p.check(ddp)                              # raises NormcheckFailure with the diagnosis and the table
 
 
 def test_my_training_step(normcheck_gate):
@@ -61,4 +63,5 @@ def test_my_training_step(normcheck_gate):
 def test_a_per_rank_mean_is_diagnosed(normcheck_gate):
     with pytest.raises(NormcheckFailure) as failure:
         normcheck_gate(step, world_size=2, args=(True,))
-    assert "local_mean" in failure.value.explanations
+    assert "local_mean" in failure.value.diagnosis           # a failure's name, never a could-hide one
+    assert "weight per token" in str(failure.value)

@@ -15,13 +15,16 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
-    "NormcheckError", "NormcheckFailure", "Verdict", "Suggestion", "find_executable", "run_check",
-    "assert_passes", "describe", "suggest_for_counts",
+    "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "WeightRow", "WeightTable", "SiteVerdict",
+    "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table", "suggest_for_counts",
 ]
+
+TABLE_ROWS = 20
+"""Rows of a weight table a message shows before "… N more"."""
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -31,7 +34,10 @@ class NormcheckError(RuntimeError):
 
 
 class NormcheckFailure(AssertionError):
-    """A dump that does not pass the gate; the message is normcheck's diagnosis."""
+    """A dump that does not pass the gate; the message is normcheck's diagnosis.
+
+    ``verdicts`` holds every file's ``Verdict``; the properties read the first one that did not pass.
+    """
 
     def __init__(self, message: str, verdicts: Sequence["Verdict"] = ()) -> None:
         super().__init__(message)
@@ -40,32 +46,139 @@ class NormcheckFailure(AssertionError):
     def __reduce__(self) -> Any:
         return (NormcheckFailure, (str(self), self.verdicts))
 
+    def _failing(self) -> Optional["Verdict"]:
+        return next((v for v in self.verdicts if not v.passed), None)
+
     @property
     def verdict(self) -> Optional[str]:
         """The first failing dump's gate verdict ('fail', 'inconclusive'), or None when it was rejected."""
-        failing = [v for v in self.verdicts if not v.passed]
-        return failing[0].verdict if failing else None
+        failing = self._failing()
+        return failing.verdict if failing else None
 
     @property
     def explanations(self) -> Tuple[str, ...]:
-        """The first failing dump's explanation names: its diagnosis, or what could hide."""
-        failing = [v for v in self.verdicts if not v.passed]
-        return failing[0].explanations if failing else ()
+        """The first failing dump's failure names (``Verdict.explanations``): empty unless it is a 'fail'."""
+        failing = self._failing()
+        return failing.explanations if failing else ()
+
+    @property
+    def diagnosis(self) -> Tuple[str, ...]:
+        """The first failing dump's diagnosis: the names of what the code computed instead of the objective."""
+        failing = self._failing()
+        return failing.diagnosis if failing else ()
+
+    @property
+    def could_hide(self) -> Tuple[str, ...]:
+        """The first failing dump's could-hide names: mistakes the partition cannot tell from the objective."""
+        failing = self._failing()
+        return failing.could_hide if failing else ()
+
+    @property
+    def weights(self) -> Optional["WeightTable"]:
+        """The first failing dump's weight table, when the dump measured groups."""
+        failing = self._failing()
+        return failing.weights if failing else None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One named explanation of the report: a diagnosis entry or a could-hide entry."""
+
+    name: str
+    """The stable name, e.g. 'local_mean', 'objective×W', 'sequence_mean'."""
+    value: str = ""
+    """What the named computation gives on this file, exact."""
+    bound: Optional[str] = None
+    computed: str = ""
+    """What the code computed."""
+    why_wrong: str = ""
+    instead: str = ""
+    """What to compute instead."""
+
+
+@dataclass(frozen=True)
+class WeightRow:
+    """One group of the weight table: the weight the code gave its tokens and the weight the objective wants."""
+
+    group: int
+    rank: int
+    microbatch: int
+    sequence: Optional[int]
+    """The sequence's index in its microbatch, or None when the microbatch is the group."""
+    tokens: int
+    code: Optional[str]
+    """The weight the code gave each token of the group, exact (``code_decimal``: as a decimal); None when
+    the group has no token to give one to, or its component is not a number."""
+    code_decimal: Optional[str]
+    objective: str
+    """The weight the declared objective gives each token of the group, exact."""
+    objective_decimal: str
+    ratio: Optional[str]
+    """code / objective, exact (None without both)."""
+    ratio_decimal: Optional[str]
+    within_bound: bool
+    """True when the code's weight is the objective's within the float bound."""
+    observed: str = ""
+    """The group's component as observed (exact)."""
+    witness_agrees: bool = True
+    """False when the witness shows the weight varies among the group's tokens."""
+
+
+@dataclass(frozen=True)
+class WeightTable:
+    """The weight table of a per-group dump: one row per group (``omitted`` rows left out of very large files)."""
+
+    groups: int
+    rows: Tuple[WeightRow, ...]
+    omitted: int = 0
+
+
+@dataclass(frozen=True)
+class SiteVerdict:
+    """The gate's conclusion on one site (a probe parameter in a submodule)."""
+
+    name: str
+    verdict: Optional[str]
+    """'pass' when the site's weights are the objective's (and its replicas agree), else 'fail'."""
+    diagnosis: Tuple[str, ...] = ()
+    weights: Optional[WeightTable] = None
+    detail: str = ""
+    could_hide: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """normcheck's conclusion on one file, read from ``check --json``."""
+    """normcheck's conclusion on one file, read from ``check --json``.
+
+    ``diagnosis`` and ``could_hide`` are kept apart: the first names what the code computed when the
+    gate fails (a failure), the second the mistakes the file cannot tell from the objective (the
+    reason for 'inconclusive'). ``explanations`` is the failure names only.
+    """
 
     file: str
+    """The dump the verdict is about."""
     status: str
     """'pass', 'fail' or 'error' (the file was rejected)."""
     verdict: Optional[str]
     """The gate's verdict ('pass', 'fail', 'inconclusive'), or None without a gate."""
     diagnosis: Tuple[str, ...] = ()
+    """For a 'fail': the names of what the code computed instead of the objective (may be empty)."""
     could_hide: Tuple[str, ...] = ()
+    """Names of mistakes that give the same gradient as the objective on this file (never failures)."""
     report: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The file's report as ``check --json`` printed it."""
     message: str = ""
+    """The diagnosis a person needs (``describe``), with the probe's notes."""
+    failed_checks: Tuple[str, ...] = ()
+    """The gate's checks that failed ('replicas', 'denominator', 'objective', …)."""
+    weights: Optional[WeightTable] = field(default=None, compare=False)
+    """The weight table of a per-group dump, else None."""
+    sites: Tuple[SiteVerdict, ...] = field(default=(), compare=False)
+    """The per-site conclusions of a dump with sites."""
+    notes: Tuple[str, ...] = ()
+    """What the probe adds about how the gradient was captured."""
+    details: Tuple[Explanation, ...] = field(default=(), compare=False, repr=False)
+    """The diagnosis entries in full (what was computed, why it is wrong, what instead)."""
 
     @property
     def passed(self) -> bool:
@@ -74,8 +187,16 @@ class Verdict:
 
     @property
     def explanations(self) -> Tuple[str, ...]:
-        """The diagnosis names for a failure, the could-hide names for an inconclusive verdict."""
-        return self.diagnosis if self.verdict == "fail" else self.could_hide
+        """The failure names: ``diagnosis`` for a 'fail', empty otherwise (could-hide names are never failures)."""
+        return self.diagnosis if self.verdict == "fail" else ()
+
+    def with_notes(self, notes: Sequence[str]) -> "Verdict":
+        """This verdict with ``notes`` added to ``notes`` and to the message."""
+        if not notes:
+            return self
+        added = tuple(notes)
+        message = self.message + "".join(f"\n  note: {n}" for n in added)
+        return replace(self, notes=self.notes + added, message=message)
 
     def raise_for_failure(self) -> None:
         """Raises ``NormcheckFailure`` with the diagnosis unless the gate passed."""
@@ -146,8 +267,86 @@ def _json_output(done: "subprocess.CompletedProcess[str]", command: List[str]) -
     return result
 
 
+def _explanation_lines(entries: Sequence[Dict[str, Any]], indent: str) -> List[str]:
+    lines = []
+    for entry in entries:
+        lines.append(f"{indent}{entry.get('name')} = {entry.get('value')}")
+        for key, label in (("computed", "what was computed"), ("why_wrong", "why it is wrong"),
+                           ("instead", "instead")):
+            if entry.get(key):
+                lines.append(f"{indent}  {label}: {entry[key]}")
+    return lines
+
+
+def _table_lines(weights: Dict[str, Any], indent: str, limit: int = TABLE_ROWS) -> List[str]:
+    """The weight table as text: at most ``limit`` rows, then how many more and how many are outside the bound."""
+    rows = [r for r in weights.get("rows", []) if isinstance(r, dict)]
+    omitted = int(weights.get("omitted", 0) or 0)
+    shown = rows[:limit]
+    header = ("group", "rank", "mb", "seq", "tokens", "code", "objective", "code/objective")
+    table = [header]
+
+    def text(value: Any) -> str:
+        return "—" if value is None else str(value)
+
+    for row in shown:
+        ratio = text(row.get("ratio"))
+        if len(ratio) > 14:
+            ratio = "≈" + text(row.get("ratio_decimal"))
+        sequence = row.get("sequence")
+        code = row.get("code_decimal") if row.get("code_decimal") is not None else row.get("code")
+        if code is None and row.get("observed") is not None and not row.get("tokens"):
+            code = "—"
+        table.append((text(row.get("group")), text(row.get("rank")), text(row.get("microbatch")),
+                      "-" if sequence is None else str(sequence), text(row.get("tokens")), text(code),
+                      text(row.get("objective_decimal", row.get("objective"))), ratio))
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = [f"{indent}weight per token of each group: the code's, the objective's, and their ratio "
+             f"({weights.get('groups', len(rows))} groups; * outside the bound, ~ varies inside the group)"]
+    for i, line in enumerate(table):
+        mark = " "
+        if i > 0:
+            row = shown[i - 1]
+            mark = "*" if row.get("within_bound") is False else ("~" if row.get("witness_agrees") is False else " ")
+        lines.append(f"{indent}{mark} " + "  ".join(cell.rjust(width) for cell, width in zip(line, widths)).rstrip())
+    more = len(rows) - len(shown) + omitted
+    if more > 0:
+        outside = sum(1 for r in rows[limit:] if r.get("within_bound") is False)
+        lines.append(f"{indent}  … {more} more" + (f" ({outside} of those listed in the report outside the bound)"
+                                                    if outside else ""))
+    return lines
+
+
+def _site_verdict(entry: Dict[str, Any]) -> Optional[str]:
+    """A site's verdict: its own, or whether its weights are the objective's (``matches_objective``)."""
+    if entry.get("verdict") is not None:
+        return str(entry["verdict"])
+    if "matches_objective" in entry:
+        return "pass" if entry["matches_objective"] else "fail"
+    return None
+
+
+def _codes(weights: Any) -> Optional[List[Any]]:
+    """A weight table's rows as (group, code) pairs, or None without a complete table."""
+    if not isinstance(weights, dict) or weights.get("omitted"):
+        return None
+    rows = weights.get("rows")
+    if not isinstance(rows, list):
+        return None
+    return [(row.get("group"), row.get("code"), row.get("observed")) for row in rows if isinstance(row, dict)]
+
+
+def _sites_like_p(gate: Dict[str, Any]) -> List[str]:
+    """The sites whose weight table is p's, row by row (exact codes), in report order."""
+    top = _codes(gate.get("weights"))
+    if top is None:
+        return []
+    return [str(entry.get("name")) for entry in gate.get("sites", []) or []
+            if isinstance(entry, dict) and _codes(entry.get("weights")) == top]
+
+
 def describe(report: Dict[str, Any]) -> str:
-    """The diagnosis a person needs, from one report of ``check --json``."""
+    """The diagnosis a person needs, from one report of ``check --json``, with the weight table if any."""
     name = report.get("file", "?")
     if report.get("status") == "error" or report.get("error"):
         error = report.get("error") or {}
@@ -164,28 +363,78 @@ def describe(report: Dict[str, Any]) -> str:
     heading = {"pass": "passed", "fail": "FAILED", "inconclusive": "was INCONCLUSIVE"}.get(verdict, str(verdict))
     shape = (f"W = {report.get('world_size')}, reducer {report.get('reducer')}, {gate.get('dtype')}, "
              f"N = {report.get('valid_tokens')}")
-    lines = [f"normcheck: the gate {heading} on {name} ({shape})",
-             f"  observed {gate.get('observed')}, objective {gate.get('objective')}, bound {gate.get('bound')}"]
+    if report.get("objective") and report.get("objective") != "token_mean":
+        shape += f", objective {report.get('objective')}"
+    lines = [f"normcheck: the gate {heading} on {name} ({shape})"]
+    if gate.get("observed") is not None or gate.get("objective") is not None:
+        lines.append(f"  observed {gate.get('observed')}, objective {gate.get('objective')}, bound {gate.get('bound')}")
     for check in gate.get("checks", []):
         if not check.get("passed"):
             lines.append(f"  check {check.get('name')} failed: {check.get('detail')}")
-    entries = gate.get("diagnosis", []) if verdict == "fail" else gate.get("could_hide", [])
-    if entries:
-        lines.append("  diagnosis:" if verdict == "fail" else
-                     "  could hide (the partition cannot tell these from the objective; plan the probe values "
-                     "from the real counts, or make the counts uneven):")
-    for entry in entries:
-        lines.append(f"    {entry.get('name')} = {entry.get('value')}")
-        for key, label in (("computed", "what was computed"), ("why_wrong", "why it is wrong"),
-                           ("instead", "instead")):
-            if entry.get(key):
-                lines.append(f"      {label}: {entry[key]}")
-    if verdict == "fail" and not entries and gate.get("ratio") is not None:
-        lines.append(f"  unexplained: observed / objective = {gate['ratio']}")
+    diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
+    could_hide = gate.get("could_hide", [])
+    alike = _sites_like_p(gate)
+    # A site that weighs every group as p does repeats p's diagnosis under its name: said once, below.
+    diagnosis = [e for e in diagnosis if not any(str(e.get("name", "")).startswith(f"{site}: ") for site in alike)]
+    if diagnosis:
+        lines.append("  diagnosis:")
+        lines += _explanation_lines(diagnosis, "    ")
+    if could_hide:
+        lines.append("  could hide (the partition cannot tell these from the objective: not failures; make the "
+                     "counts uneven to tell them apart):")
+        lines += _explanation_lines(could_hide, "    ")
+    if verdict == "fail" and not diagnosis:
+        ratio = f": observed / objective = {gate['ratio']}" if gate.get("ratio") is not None else ""
+        lines.append(f"  unexplained{ratio}")
+    weights = gate.get("weights")
+    if isinstance(weights, dict) and verdict != "pass":
+        lines += _table_lines(weights, "  ")
+    if alike and verdict != "pass":
+        lines.append(f"  site{'s' if len(alike) > 1 else ''} {', '.join(alike)}: the same weights as p, group by "
+                     "group (what differs is the loss's normalization, not a module's treatment of its gradients)")
+    for entry in gate.get("sites", []) or []:
+        if not isinstance(entry, dict) or _site_verdict(entry) == "pass" or entry.get("name") in alike:
+            continue
+        names = [e.get("name", "") for e in entry.get("diagnosis", [])]
+        lines.append(f"  site {entry.get('name')}: {_site_verdict(entry)}"
+                     + (f", diagnosis {', '.join(names)}" if names else "")
+                     + (f": {entry['detail']}" if entry.get("detail") else ""))
+        lines += _explanation_lines(entry.get("diagnosis", []), "    ")
+        if isinstance(entry.get("weights"), dict):
+            lines += _table_lines(entry["weights"], "    ")
     for failure in report.get("failures", []):
         if not str(failure).startswith("gate:"):
             lines.append(f"  {failure}")
     return "\n".join(lines)
+
+
+def weight_table(weights: Any) -> Optional[WeightTable]:
+    """The typed weight table of a report's ``gate.weights`` (or a site's), or None."""
+    if not isinstance(weights, dict):
+        return None
+    rows = []
+    for row in weights.get("rows", []):
+        if not isinstance(row, dict):
+            continue
+        sequence = row.get("sequence")
+        rows.append(WeightRow(
+            group=int(row.get("group", 0)), rank=int(row.get("rank", 0)), microbatch=int(row.get("microbatch", 0)),
+            sequence=None if sequence is None else int(sequence), tokens=int(row.get("tokens", 0)),
+            code=_optional(row.get("code")), code_decimal=_optional(row.get("code_decimal")),
+            objective=str(row.get("objective", "")), objective_decimal=str(row.get("objective_decimal", "")),
+            ratio=_optional(row.get("ratio")), ratio_decimal=_optional(row.get("ratio_decimal")),
+            within_bound=bool(row.get("within_bound", False)), observed=str(row.get("observed", "")),
+            witness_agrees=bool(row.get("witness_agrees", True))))
+    return WeightTable(groups=int(weights.get("groups", len(rows))), rows=tuple(rows),
+                       omitted=int(weights.get("omitted", 0) or 0))
+
+
+def _optional(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
+
+
+def _names(entries: Any) -> Tuple[str, ...]:
+    return tuple(str(e.get("name", "")) for e in entries or [] if isinstance(e, dict))
 
 
 def _verdict(report: Dict[str, Any], require_gate: bool) -> Verdict:
@@ -193,10 +442,22 @@ def _verdict(report: Dict[str, Any], require_gate: bool) -> Verdict:
     status = str(report.get("status", "error"))
     if require_gate and not gate and status == "pass":
         status = "fail"  # what --require-gate does, for an executable that predates it
-    return Verdict(file=str(report.get("file", "")), status=status, verdict=gate.get("verdict"),
-                   diagnosis=tuple(e.get("name", "") for e in gate.get("diagnosis", [])),
-                   could_hide=tuple(e.get("name", "") for e in gate.get("could_hide", [])),
-                   report=report, message=describe(report))
+    verdict = gate.get("verdict")
+    diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
+    sites = tuple(SiteVerdict(name=str(e.get("name", "")), verdict=_site_verdict(e), diagnosis=_names(e.get("diagnosis")),
+                              weights=weight_table(e.get("weights")), detail=str(e.get("detail", "") or ""),
+                              could_hide=_names(e.get("could_hide")))
+                  for e in gate.get("sites", []) or [] if isinstance(e, dict))
+    details = tuple(Explanation(name=str(e.get("name", "")), value=str(e.get("value", "")),
+                                bound=None if e.get("bound") is None else str(e.get("bound")),
+                                computed=str(e.get("computed", "")), why_wrong=str(e.get("why_wrong", "")),
+                                instead=str(e.get("instead", "")))
+                    for e in diagnosis if isinstance(e, dict))
+    return Verdict(file=str(report.get("file", "")), status=status, verdict=verdict, diagnosis=_names(diagnosis),
+                   could_hide=_names(gate.get("could_hide")), report=report, message=describe(report),
+                   failed_checks=tuple(str(c.get("name", "")) for c in gate.get("checks", [])
+                                       if isinstance(c, dict) and not c.get("passed")),
+                   weights=weight_table(gate.get("weights")), sites=sites, details=details)
 
 
 def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optional[PathLike] = None,

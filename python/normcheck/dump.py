@@ -23,15 +23,15 @@ from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 __all__ = [
-    "FORMAT", "DTYPES", "REDUCERS", "OBJECTIVES", "Literal", "exact", "literal", "tokens", "observed",
-    "document", "render", "write", "write_atomically", "token_values", "rank_part", "build_document",
-    "dump_update",
+    "FORMAT", "DTYPES", "REDUCERS", "OBJECTIVES", "Literal", "exact", "literal", "tokens", "group", "sequences",
+    "site", "observed", "document", "render", "write", "write_atomically", "token_values", "rank_part",
+    "build_document", "dump_update",
 ]
 
 FORMAT = "normcheck/1"
 DTYPES = ("float64", "float32", "bfloat16", "float16", "exact")
 REDUCERS = ("mean", "sum")
-OBJECTIVES = ("token_mean", "weighted_token_mean")
+OBJECTIVES = ("token_mean", "weighted_token_mean", "sequence_mean", "sequence_sum_mean", "constant")
 VERDICTS = ("pass", "fail", "inconclusive")
 
 Literal = Union[int, str]
@@ -88,6 +88,111 @@ def tokens(values: Any, valid: Any = None) -> List[Optional[Literal]]:
     return [literal(v) if ok else None for v, ok in zip(values, valid)]
 
 
+def group(count: int, *, value: Any = 1, padding: int = 0) -> Dict[str, Any]:
+    """A compact group: ``count`` valid tokens that all hold the exact ``value``, and ``padding`` positions.
+
+    Written ``{"count": n, "value": y, "padding": p}``; ``value`` is left out when ``count`` is 0 and
+    ``padding`` when it is 0. One group of the per-group measurement (a microbatch, or one sequence).
+    """
+    result: Dict[str, Any] = {"count": _count(count, "a group's count")}
+    if result["count"] > 0:
+        result["value"] = literal(value)
+    if _count(padding, "a group's padding"):
+        result["padding"] = int(padding)
+    return result
+
+
+def sequences(items: Sequence[Any]) -> Dict[str, Any]:
+    """A microbatch that declares its sequences: ``{"sequences": [SEQ, …]}``, each SEQ one group.
+
+    Each item is a token list (numbers or ``None``) or a compact group from ``group()``; ``[]`` is an
+    empty sequence. At least one sequence.
+    """
+    listed = list(items)
+    if not listed:
+        raise ValueError("a microbatch with sequences needs at least one sequence")
+    return {"sequences": [_sequence(item, f"sequence {i}") for i, item in enumerate(listed)]}
+
+
+def _sequence(item: Any, what: str) -> Any:
+    if isinstance(item, Mapping):
+        return _compact(item, what)
+    return tokens(item)
+
+
+def _compact(item: Mapping[str, Any], what: str) -> Dict[str, Any]:
+    unknown = set(item) - {"count", "value", "padding"}
+    if unknown or "count" not in item:
+        raise ValueError(f"{what}: a compact group has count (required), value and padding, not {sorted(item)}")
+    count = _count(item["count"], f"{what}: count")
+    if count > 0 and "value" not in item:
+        raise ValueError(f"{what}: a compact group of {count} tokens needs a value")
+    result: Dict[str, Any] = {"count": count}
+    if "value" in item:
+        result["value"] = literal(item["value"])
+    if item.get("padding"):
+        result["padding"] = _count(item["padding"], f"{what}: padding")
+    return result
+
+
+def _microbatch(value: Any, what: str) -> Any:
+    """One microbatch as written: a token array, a compact group, or ``{"sequences": [...]}``."""
+    if isinstance(value, Mapping):
+        if set(value) == {"sequences"}:
+            listed = list(value["sequences"])
+            if not listed:
+                raise ValueError(f"{what}: a microbatch with sequences needs at least one sequence")
+            return {"sequences": [_sequence(item, f"{what}, sequence {i}") for i, item in enumerate(listed)]}
+        return _compact(value, what)
+    return tokens(value)
+
+
+def _weights_like(value: Any, shape: Any, what: str) -> Any:
+    """Weights mirroring one microbatch: a list beside a token list, ``{"sequences": [[w…]…]}`` beside sequences."""
+    if isinstance(shape, dict) and "sequences" in shape:
+        rows = value.get("sequences") if isinstance(value, Mapping) else None
+        if rows is None or len(rows) != len(shape["sequences"]):
+            raise ValueError(f"{what}: weights must mirror the microbatch's {len(shape['sequences'])} sequences")
+        written = [tokens(row) for row in rows]
+        for row, seq in zip(written, shape["sequences"]):
+            if isinstance(seq, dict) or len(row) != len(seq):
+                raise ValueError(f"{what}: weighted tokens are written as lists, with weights shaped like them")
+        return {"sequences": written}
+    if isinstance(shape, dict):
+        raise ValueError(f"{what}: a weighted step writes its tokens as lists, not as compact groups")
+    row = tokens(value)
+    if len(row) != len(shape):
+        raise ValueError(f"{what}: weights are not shaped like its tokens")
+    return row
+
+
+def site(name: str, per_rank: Sequence[Sequence[Any]], witness: Optional[Sequence[Sequence[Any]]] = None) -> Dict[str, Any]:
+    """One entry of ``observed.sites``: the probe components measured in the submodule ``name``.
+
+    ``per_rank`` (and ``witness``) are shaped like ``observed.per_rank``: one vector per rank.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("a site needs a non-empty name")
+    result: Dict[str, Any] = {"name": name, "per_rank": [_vector(v, f"site {name} rank {r}") for r, v in enumerate(per_rank)]}
+    if witness is not None:
+        result["witness"] = [_vector(v, f"site {name} witness rank {r}") for r, v in enumerate(witness)]
+    return result
+
+
+def _vector(values: Any, what: str) -> List[Literal]:
+    listed = values.tolist() if hasattr(values, "tolist") else list(values)
+    if not listed:
+        raise ValueError(f"{what}: a gradient vector needs at least one component")
+    return [literal(v, finite=False) for v in listed]
+
+
+def _gradient(value: Any, what: str) -> Any:
+    """An observed gradient: one number, or a vector (one component per group)."""
+    if isinstance(value, (list, tuple)) or (hasattr(value, "dim") and value.dim() > 0):
+        return _vector(value, what)
+    return literal(value, finite=False)
+
+
 def _count(value: Any, what: str) -> int:
     if hasattr(value, "item"):
         value = value.item()
@@ -106,20 +211,42 @@ def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[An
              reduction_dtype: Optional[str] = None, tokens_global: Optional[int] = None,
              tokens_per_rank: Optional[Sequence[int]] = None, divided_by: Optional[Sequence[Any]] = None,
              mass_global: Any = None, mass_per_rank: Optional[Sequence[Any]] = None,
-             tolerance_absolute: Any = None, tolerance_relative: Any = None) -> Dict[str, Any]:
+             tolerance_absolute: Any = None, tolerance_relative: Any = None,
+             witness: Optional[Sequence[Any]] = None, sites: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
     """The ``observed`` object: the gradient (or each rank's copy, ``per_rank``) and what the code counted.
 
     Gradient values may be non-finite; they are written as ``float.hex()`` prints them ('nan', 'inf',
-    '-inf'). ``divided_by`` has one entry per rank: the number the rank divided its loss sum by, or a
-    list with one such number per microbatch.
+    '-inf'). Per-group measurement: ``gradient`` or each ``per_rank`` entry is a vector with one
+    component per group of the document; ``witness`` is shaped like it (the within-group witness
+    components) and ``sites`` is a list of ``site()`` entries. ``divided_by`` has one entry per rank:
+    the number the rank divided its loss sum by, or a list with one such number per microbatch.
     """
     if (gradient is None) == (per_rank is None):
         raise ValueError("observed needs exactly one of gradient and per_rank")
     result: Dict[str, Any] = {}
     if gradient is not None:
-        result["gradient"] = literal(gradient, finite=False)
+        result["gradient"] = _gradient(gradient, "observed.gradient")
+        shapes = {isinstance(result["gradient"], list)}
     else:
-        result["per_rank"] = [literal(v, finite=False) for v in per_rank]  # type: ignore[union-attr]
+        result["per_rank"] = [_gradient(v, f"observed.per_rank[{r}]") for r, v in enumerate(per_rank)]  # type: ignore[arg-type]
+        shapes = {isinstance(v, list) for v in result["per_rank"]}
+        if len(shapes) > 1:
+            raise ValueError("observed.per_rank mixes numbers and vectors")
+    vectors = shapes == {True}
+    if (witness is not None or sites is not None) and not vectors:
+        raise ValueError("witness and sites come beside a per-group (vector) gradient")
+    if witness is not None:
+        key = "gradient" if gradient is not None else "per_rank"
+        written = _gradient(witness, "observed.witness") if gradient is not None else \
+            [_vector(v, f"observed.witness[{r}]") for r, v in enumerate(witness)]
+        if gradient is None and len(written) != len(result["per_rank"]):
+            raise ValueError(f"observed.witness has {len(written)} ranks, {key} {len(result['per_rank'])}")
+        result["witness"] = written
+    if sites is not None:
+        names = [str(entry.get("name", "")) for entry in sites]
+        if len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"site names must be non-empty and unique: {names}")
+        result["sites"] = [dict(entry) for entry in sites]
     result["dtype"] = _dtype(dtype, "dtype")
     if reduction_dtype is not None:
         result["reduction_dtype"] = _dtype(reduction_dtype, "reduction_dtype")
@@ -156,11 +283,13 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
              objective: Optional[str] = None, description: Optional[str] = None,
              expect: Optional[Mapping[str, Any]] = None, expect_error: Optional[str] = None,
              observed: Optional[Mapping[str, Any]] = None, expect_gate: Optional[Mapping[str, Any]] = None,
-             recipe: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+             recipe: Optional[Mapping[str, str]] = None, normalizer: Any = None) -> Dict[str, Any]:
     """A normcheck/1 document (a dict of wire literals) from rank → microbatch → token values.
 
-    ``ranks[r]`` is the list of rank r's microbatches in the order it accumulated them; a token is a
-    number or ``None`` (no valid token there). A rank with one microbatch is written as ``targets``.
+    ``ranks[r]`` is the list of rank r's microbatches in the order it accumulated them; a microbatch is
+    a token list (a token is a number or ``None``, no valid token there), a compact group from
+    ``group()`` or a ``sequences()`` value. A rank with one microbatch is written as ``targets``.
+    ``objective`` is one of ``OBJECTIVES``; ``constant`` needs ``normalizer`` (an exact positive number).
     ``weights`` has the same shape (``None`` beside padding) and makes the objective
     ``weighted_token_mean`` unless ``objective`` says otherwise. ``observed`` comes from ``observed()``.
     ``expect`` maps gradient names to numbers or ``None``; ``expect_gate`` is ``{"verdict": ...,
@@ -179,16 +308,20 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
         result["objective"] = objective
+    if (normalizer is not None) != (objective == "constant"):
+        raise ValueError("the objective constant needs a normalizer, and only it takes one")
+    if normalizer is not None:
+        result["normalizer"] = literal(normalizer)
     written = []
-    for r, batches in enumerate(ranks):
-        batches = [tokens(b) for b in batches]
+    for r, listed in enumerate(ranks):
+        batches = [_microbatch(b, f"rank {r}, microbatch {m}") for m, b in enumerate(listed)]
         if not batches:
             raise ValueError(f"rank {r} has no microbatch (an empty microbatch is [], not no microbatch)")
         rank: Dict[str, Any] = {"targets": batches[0]} if len(batches) == 1 else {"microbatches": batches}
         if weights is not None:
-            rows = [tokens(w) for w in weights[r]]
-            if [len(w) for w in rows] != [len(b) for b in batches]:
+            if len(weights[r]) != len(batches):
                 raise ValueError(f"rank {r}: weights are not shaped like its tokens")
+            rows = [_weights_like(w, b, f"rank {r}, microbatch {m}") for m, (w, b) in enumerate(zip(weights[r], batches))]
             rank["weights"] = rows[0] if len(batches) == 1 else rows
         written.append(rank)
     result["ranks"] = written
@@ -242,7 +375,7 @@ def render(document: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def write_atomically(path: Union[str, os.PathLike], text: Union[str, bytes], pause_mid_write: float = 0.0) -> None:
+def write_atomically(path: Union[str, "os.PathLike[str]"], text: Union[str, bytes], pause_mid_write: float = 0.0) -> None:
     """Writes ``text`` to ``path`` so that ``path`` never holds part of it.
 
     For a regular file or a path that does not exist yet, the text goes to a temporary in the same
@@ -294,7 +427,7 @@ def write_atomically(path: Union[str, os.PathLike], text: Union[str, bytes], pau
         os.close(descriptor)
 
 
-def write(path: Union[str, os.PathLike], document: Mapping[str, Any], pause_mid_write: float = 0.0) -> None:
+def write(path: Union[str, "os.PathLike[str]"], document: Mapping[str, Any], pause_mid_write: float = 0.0) -> None:
     """Renders ``document`` and writes it to ``path`` atomically."""
     write_atomically(path, render(document), pause_mid_write=pause_mid_write)
 
@@ -354,7 +487,7 @@ def build_document(parts: Sequence[Mapping[str, Any]], *, reducer: str, theta: A
                     observed=seen)
 
 
-def dump_update(path: Union[str, os.PathLike], *, microbatches: Sequence[Any], gradient: Any, theta: Any,
+def dump_update(path: Union[str, "os.PathLike[str]"], *, microbatches: Sequence[Any], gradient: Any, theta: Any,
                 dtype: str, reducer: str = "mean", counted_tokens: Optional[int] = None,
                 global_tokens: Optional[int] = None, weights: Optional[Sequence[Any]] = None,
                 counted_mass: Any = None, global_mass: Any = None, description: str = "", dst: int = 0,

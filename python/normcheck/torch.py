@@ -1,17 +1,19 @@
-"""The probe parameter: judge a real PyTorch training step's loss normalization with normcheck.
+"""The probe: measure what weight a real PyTorch training step gives every part of the update.
 
-``Probe(model)`` adds to the model a scalar parameter p, initialised to 0, before the model is wrapped
-in DistributedDataParallel, so that DDP reduces p's gradient like every other. To each valid token's
-loss it adds p·(−y), y a probe value chosen per token. Because p = 0 the loss and every other gradient
-are unchanged, and because the term is linear in p, p.grad after the synchronizing backward is exactly
-what normcheck/1 calls the observed gradient at θ = 0 with targets y: it has travelled the step's real
-normalization path (its divisions, accumulation, the reducer, communication hooks). ``check`` gathers
-every rank's tokens and p.grad, writes the normcheck/1 file and lets ``normcheck check`` judge it.
+``Probe(model)`` registers on the model, before DistributedDataParallel wraps it, a parameter p = 0
+with a fixed number of components: ``slots`` per rank for W ranks, and as many again for the witness.
+Every group the step's loss sees on a rank (a microbatch, or each of its sequences) gets its own pair
+of components k (primary) and k_w (witness), and each valid token's loss gains the term
+p[k]·(−1) + p[k_w]·(−j), j the token's ordinal in its group. At p = 0 nothing in the step changes;
+because the terms are linear in p, p.grad[k] after the synchronizing backward is minus the sum of the
+weights the step gave group k's tokens, carried through its divisions, accumulation, DDP's reducer and
+any communication hook. ``check`` gathers every rank's groups and p.grad into a per-group normcheck/1
+document and lets ``normcheck check`` compare the weight table with the declared objective's.
 
 Two ways in: ``probe.add(per_token_loss, labels)`` where the step computes per-token losses itself,
-and ``with probe.step():``, which wraps ``torch.nn.functional.cross_entropy`` and
-``torch.nn.CrossEntropyLoss`` for the duration of the step so that a loss computed inside an unmodified
-model is probed.
+and ``with probe.step():``, which captures ``cross_entropy`` and ``nll_loss`` for the duration of the
+step (through a TorchFunctionMode on torch 2, by replacing the functions on torch 1.13), so that a
+loss computed inside an unmodified model is probed.
 """
 
 from __future__ import annotations
@@ -21,24 +23,34 @@ import itertools
 import math
 import os
 import tempfile
+import types
 import weakref
 from fractions import Fraction
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
+from . import _probe_capture as capture
 from . import dump
-from .check import NormcheckError, NormcheckFailure, Suggestion, Verdict, run_check, suggest_for_counts
-from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas  # noqa: F401 (re-exported)
+from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
+from .check import NormcheckError, NormcheckFailure, Verdict, run_check
 from .collectives import record_collectives  # noqa: F401 (re-exported)
+from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas  # noqa: F401 (re-exported)
 
-__all__ = ["Probe", "ProbeError", "default_value", "gather_counts", "count_valid", "own_bucket_dtype", "DEFAULT_NAME"]
+__all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
+           "own_bucket_dtype", "default_dtype", "DEFAULT_NAME"]
 __all__ += ["check_replicas", "ReplicaDivergence", "ReplicaSummary", "record_collectives"]
 
 DEFAULT_NAME = "normcheck_probe"
+DEFAULT_SLOTS = 64
+"""Groups (microbatches and sequences) one rank may record in a step unless ``slots=`` says otherwise."""
+OBJECTIVES = ("token_mean", "weighted_token_mean", "sequence_mean", "sequence_sum_mean", "constant")
+"""What the step claims to compute, as normcheck names it (``objective=``)."""
+
+Number = Union[int, float, Fraction, str]
+SitesOption = Union[str, Sequence[str], None]
 
 _DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16",
                 torch.float16: "float16"}
@@ -48,12 +60,44 @@ _files = itertools.count()
 _default_folder: Optional[str] = None  # one temporary folder per process for dumps nobody placed
 
 
+
+class _KeywordInputs:
+    """Where forward pre-hooks take no keyword arguments (torch 1.13): ``module.forward`` shadowed on the
+    instance by a method that hands (module, args, kwargs) to ``seen`` first, so that a model called as
+    ``model(input_ids=..., labels=...)`` shows its batch; ``remove()`` restores the forward it had. The
+    method is bound to the module, so a deep copy of the module calls its own forward."""
+
+    def __init__(self, module: nn.Module, seen: Callable[[nn.Module, Any, Any], None]) -> None:
+        self._module: Optional[nn.Module] = module
+        self._previous = module.__dict__.get("forward")
+        previous = self._previous
+
+        def observed(this: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            seen(this, args, kwargs)
+            if previous is not None:
+                return previous(*args, **kwargs)
+            return type(this).forward(this, *args, **kwargs)
+
+        self.forward = types.MethodType(observed, module)
+        object.__setattr__(module, "forward", self.forward)
+
+    def remove(self) -> None:
+        """Restores the forward the module had (once; later calls do nothing)."""
+        module, self._module = self._module, None
+        if module is None or module.__dict__.get("forward") is not self.forward:
+            return
+        if self._previous is not None:
+            object.__setattr__(module, "forward", self._previous)
+        else:
+            del module.__dict__["forward"]
+
+
 class ProbeError(RuntimeError):
-    """The probe was used in a way that makes p.grad mean something else than the observed gradient."""
+    """The probe was used in a way that makes p.grad mean something else than the step's weights."""
 
 
 # ---------------------------------------------------------------------------------------------------
-# Probe values
+# Small public helpers
 
 _primes: List[int] = [2]
 
@@ -68,11 +112,10 @@ def _prime(k: int) -> int:
 
 
 def default_value(rank: int, microbatch: int) -> int:
-    """The probe value every valid token of (rank, microbatch) gets when no plan is set.
+    """A distinct positive value per (rank, microbatch): the k-th prime, k the Cantor pairing of the two.
 
-    The k-th prime (2, 3, 5, 7, …) with k the Cantor pairing of (rank, microbatch): positive (so the
-    objective is not 0), a distinct constant per microbatch whatever its count (so microbatch means and,
-    with uneven counts, rank means differ), small and exact in every floating dtype up to ~200 pairs.
+    Distinct small exact constants for hand-written scalar dumps; the per-group probe itself measures
+    with the value 1 and needs none.
     """
     if rank < 0 or microbatch < 0:
         raise ValueError("rank and microbatch are non-negative")
@@ -86,7 +129,7 @@ def count_valid(labels: torch.Tensor, ignore_index: int = -100) -> int:
 
 
 def gather_counts(local_counts: Sequence[int]) -> List[List[int]]:
-    """Collective: every rank's per-microbatch valid-token counts, in rank order (for ``Probe.plan``)."""
+    """Collective: every rank's per-microbatch valid-token counts, in rank order."""
     mine = [int(n) for n in local_counts]
     if not (dist.is_available() and dist.is_initialized()):
         return [mine]
@@ -95,31 +138,65 @@ def gather_counts(local_counts: Sequence[int]) -> List[List[int]]:
     return [list(counts) for counts in everyone]
 
 
+def own_bucket_dtype(module: nn.Module) -> torch.dtype:
+    """float64 or float32, whichever no parameter of ``module`` has (float32 when it has both)."""
+    present = {parameter.dtype for parameter in module.parameters()}
+    return torch.float64 if torch.float64 not in present else torch.float32
+
+
+def default_dtype(module: nn.Module, world_size: int) -> torch.dtype:
+    """The probe's dtype unless given: the model's own (float32 or float64) on one or two ranks, else the other.
+
+    On two ranks p joins the model's all-reduce bucket: one collective fewer per step, and a sum of two
+    addends is the same in either order, so no bit of the model's reduction changes. On three or more,
+    a longer bucket changes the ring all-reduce's chunks and so the order in which some elements are
+    summed: p takes the dtype no parameter has, and DDP gives it a bucket of its own.
+    """
+    present = {parameter.dtype for parameter in module.parameters()}
+    if world_size <= 2 and len(present) == 1 and present <= {torch.float32, torch.float64}:
+        return next(iter(present))
+    return own_bucket_dtype(module)
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise ProbeError(f"the probe handles float64, float32, bfloat16 and float16 losses, not {dtype}")
+    return name
+
+
 # ---------------------------------------------------------------------------------------------------
 # Routing p through the forward pass
 
 class _One(torch.autograd.Function):
-    """1, as a function of p whose gradient is 0: multiplying an output by it routes p through forward."""
+    """1, as a function of the probe parameters with gradient 0: multiplying an output by it routes them."""
 
     @staticmethod
-    def forward(ctx: Any, p: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return torch.ones((), dtype=p.dtype, device=p.device)
+    def forward(ctx: Any, *parameters: torch.Tensor) -> torch.Tensor:
+        ctx.shapes = [(p.shape, p.dtype, p.device) for p in parameters]
+        first = parameters[0]
+        return torch.ones((), dtype=first.dtype, device=first.device)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         # Exactly 0 whatever flows back: sum(grad·output) can be inf or NaN, and 0·inf would be NaN.
-        return torch.zeros_like(grad)
+        return tuple(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.shapes)
 
 
-def _route(value: Any, p: torch.Tensor) -> Tuple[Any, bool]:
+def _route(value: Any, parameters: Sequence[torch.Tensor]) -> Tuple[Any, bool]:
     """``value`` with its first floating tensor multiplied by 1(p); whether one was found."""
     if isinstance(value, torch.Tensor):
         if value.is_floating_point():
-            return value * _One.apply(p).to(device=value.device, dtype=value.dtype), True
+            one: torch.Tensor = _One.apply(*parameters)  # type: ignore[no-untyped-call]
+            return value * one.to(device=value.device, dtype=value.dtype), True
         return value, False
     if isinstance(value, dict):
         for key in list(value.keys()):
-            routed, found = _route(value[key], p)
+            routed, found = _route(value[key], parameters)
             if found:
                 value[key] = routed  # in place: a ModelOutput keeps its attributes in step
                 return value, True
@@ -127,7 +204,7 @@ def _route(value: Any, p: torch.Tensor) -> Tuple[Any, bool]:
     if isinstance(value, (tuple, list)):
         items = list(value)
         for i, item in enumerate(items):
-            routed, found = _route(item, p)
+            routed, found = _route(item, parameters)
             if found:
                 items[i] = routed
                 if isinstance(value, list):
@@ -143,142 +220,132 @@ def _route(value: Any, p: torch.Tensor) -> Tuple[Any, bool]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Bookkeeping of one step
+# The probe
 
-class _Microbatch:
-    """What the loss saw of one microbatch: every position in order, its probe value or None, weights."""
+class _Holder:
+    """One probe parameter and the module it is registered on ('' for the probed module itself)."""
 
-    def __init__(self) -> None:
-        self.values: List[Optional[Union[int, Fraction, str]]] = []
-        self.weights: List[Optional[float]] = []
-        self.weighted: Optional[bool] = None
-        self.valid = 0
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        raise ProbeError(f"the probe handles float64, float32, bfloat16 and float16 losses, not {dtype}")
-    return name
-
-
-def _as_float(value: Union[int, Fraction, str]) -> float:
-    """A probe value as the float the loss holds; exact for the small values the probe uses."""
-    if isinstance(value, str):
-        text = value.strip()
-        return float.fromhex(text) if "0x" in text.lower() else float(Fraction(text))
-    return float(value)
-
-
-def _known_hook(name: Optional[str], hook: Optional[Callable]) -> Tuple[Optional[str], Optional[str]]:
-    """(reducer, reduction dtype) of a registered communication hook: (None, …) when the reducer is unknown."""
-    try:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    except ImportError:  # pragma: no cover - every torch with DDP hooks has it
-        default_hooks = None
-    if hook is not None and default_hooks is not None:
-        for attribute, dtype in (("allreduce_hook", None), ("fp16_compress_hook", "float16"),
-                                 ("bf16_compress_hook", "bfloat16")):
-            if hook is getattr(default_hooks, attribute, object()):
-                return "mean", dtype
-        name = getattr(hook, "__qualname__", name)
-    if name is None:
-        return None, None
-    if hook is None:  # only the name is known (torch 1.13 keeps no reference to the hook)
-        exact = {"allreduce_hook": ("mean", None), "fp16_compress_hook": ("mean", "float16"),
-                 "bf16_compress_hook": ("mean", "bfloat16")}
-        if name in exact:
-            return exact[name]
-    if "fp16_compress_wrapper" in name:
-        return None, "float16"
-    if "bf16_compress_wrapper" in name:
-        return None, "bfloat16"
-    return None, None
-
-
-def _registered_hook(model: nn.Module) -> Tuple[bool, Optional[str], Optional[Callable]]:
-    """(has a hook, its name, the hook itself where torch keeps it) of a DistributedDataParallel model."""
-    hooks = getattr(model, "_comm_hooks", None)  # torch ≥ 2.1 keeps (hook, state) pairs
-    if isinstance(hooks, list):
-        if not hooks:
-            return False, None, None
-        first = hooks[0]
-        hook = first[0] if isinstance(first, tuple) and callable(first[0]) else None
-        return True, getattr(hook, "__qualname__", "unknown hook"), hook
-    logging_data = getattr(model, "_get_ddp_logging_data", None)
-    if callable(logging_data):
-        try:
-            name = logging_data().get("comm_hook")
-        except Exception:  # a private API: absent or changed, fall back to inference
-            name = "unknown hook"
-        if not name:
-            return False, None, None
-        return True, str(name), None
-    return True, "unknown hook", None
-
-
-def _infer_reducer(local: Sequence[float], reduced: float) -> Optional[str]:
-    """'mean' or 'sum': which combination of the ranks' local probe gradients gives the reduced one."""
-    world_size = len(local)
-    total = math.fsum(local)
-    if world_size == 1:
-        return "mean"
-    if not (math.isfinite(total) and math.isfinite(reduced)) or total == 0:
-        return None
-    errors = {name: abs(reduced - value) / abs(value) for name, value in (("mean", total / world_size), ("sum", total))}
-    best = min(errors, key=errors.__getitem__)
-    return best if errors[best] < 0.05 else None
-
-
-def own_bucket_dtype(module: nn.Module) -> torch.dtype:
-    """float64 or float32, whichever no parameter of ``module`` has (float32 when it has both)."""
-    present = {parameter.dtype for parameter in module.parameters()}
-    return torch.float64 if torch.float64 not in present else torch.float32
+    def __init__(self, site: str, module: nn.Module, parameter: nn.Parameter) -> None:
+        self.site = site
+        self.module = module
+        self.parameter = parameter
 
 
 class Probe:
-    """The probe parameter p on one module: attach before wrapping the module in DDP."""
+    """The probe parameter p on one module (and, for sites, on its submodules): attach before DDP."""
 
-    def __init__(self, module: nn.Module, *, dtype: Optional[torch.dtype] = None, name: str = DEFAULT_NAME,
-                 executable: Optional[str] = None, directory: Optional[str] = None,
-                 description: Optional[str] = None) -> None:
-        """Registers p (a scalar parameter, 0) on ``module`` as ``name`` and hooks it up.
+    def __init__(self, module: nn.Module, *, slots: int = DEFAULT_SLOTS, sites: SitesOption = "children",
+                 objective: str = "token_mean", normalizer: Optional[Number] = None, witness: bool = True,
+                 sequences: bool = True, capture: str = "reduction", world_size: Optional[int] = None,
+                 rank: Optional[int] = None,
+                 dtype: Optional[torch.dtype] = None, name: str = DEFAULT_NAME, executable: Optional[str] = None,
+                 directory: Optional[str] = None, description: Optional[str] = None) -> None:
+        """Registers p on ``module`` as ``name`` (and on every site) and hooks it up.
 
-        ``dtype``: float32 or float64; by default the one of the two that no parameter of the module
-        has (float64 for a float32, bfloat16 or float16 model, float32 for a float64 one), so that DDP
-        puts p in a bucket of its own and the model's buckets, and so its all-reduce, stay bit for bit
-        what they are without the probe. ``executable``: the normcheck executable (else ``$NORMCHECK``,
-        else PATH); ``directory``: where rank 0 writes the dumps (else ``$NORMCHECK_PROBE_DIR``, else a
-        new temporary folder); ``description``: a line written into every dump.
+        ``slots``: the groups (microbatches and sequences) one rank may record per step; p has
+        slots × W components, twice that with the ``witness``. ``sites``: the submodules that get a
+        probe parameter of their own (``"children"``, the default: each direct child that owns
+        parameters; a list of submodule names; ``None`` for none). ``objective``: what the step claims
+        to compute (``OBJECTIVES``; ``"constant"`` with ``normalizer``), also settable per check.
+        ``sequences=False`` treats every microbatch as one group whatever its shape. ``capture``: when
+        the probe's gradient is final: ``"reduction"`` (default), right after the synchronizing
+        backward, so that nothing done to gradients afterwards (clipping, unscaling, the optimizer)
+        changes what is judged; ``"step"``, when ``probe.step()`` ends (or before clipping in it), for a
+        step that divides the reduced gradients by hand as part of its normalization. ``world_size`` and
+        ``rank``: by default the process group's. ``dtype``: float32 or float64; by default
+        ``default_dtype(module, world_size)``: the model's own on two ranks (p shares its bucket, bit for
+        bit harmless there), else the one no parameter has (a bucket of its own).
+        ``executable``: the normcheck executable (else ``$NORMCHECK``, else PATH); ``directory``: where
+        rank 0 writes the dumps (else ``$NORMCHECK_PROBE_DIR``, else a new temporary folder);
+        ``description``: a line written into every dump.
         """
+        if world_size is None:
+            world_size = dist.get_world_size() if _distributed() else 1
         if dtype is None:
-            dtype = own_bucket_dtype(module)
+            dtype = default_dtype(module, world_size)
         if dtype not in (torch.float32, torch.float64):
             raise ProbeError(f"p is float32 or float64, not {dtype}: its gradient is the observed value")
-        if hasattr(module, name):
-            raise ProbeError(f"the module already has an attribute {name!r}: one probe per module")
-        first = next(module.parameters(), None)
-        device = first.device if first is not None else torch.device("cpu")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ProbeError(f"slots is a positive number of groups per rank, not {slots!r}")
+        self._check_objective(objective, normalizer)
+        if capture not in ("reduction", "step"):
+            raise ProbeError(f"capture is 'reduction' or 'step', not {capture!r}")
+        if rank is None:
+            rank = dist.get_rank() if _distributed() else 0
+        if not 0 <= rank < world_size:
+            raise ProbeError(f"rank {rank} is not in a world of {world_size}")
         self.module = module
         self.name = name
-        self.parameter = nn.Parameter(torch.zeros((), dtype=dtype, device=device))
+        self.slots = slots
+        self.world_size = world_size
+        self.rank = rank
+        self.witness = witness
+        self.sequences_enabled = sequences
+        self.capture_mode = capture
+        self.objective = objective
+        self.normalizer = normalizer
         self.executable = executable
         self.directory = directory
         self.description = description
-        module.register_parameter(name, self.parameter)
-        self._handles: List[Any] = [
-            module.register_forward_hook(self._route_forward),
-            self.parameter.register_hook(self._capture_local),
-            module.register_load_state_dict_post_hook(self._forgive_missing),
-        ]
-        self._handles.append(self._keep_out_of_state_dict(module))
-        self._plan: Optional[Tuple[Tuple[Tuple[Any, ...], ...], ...]] = None
-        self._suggestion: Optional[Suggestion] = None
-        self._patched = False
-        self._probed: Dict[int, Any] = {}
+        first = next(module.parameters(), None)
+        device = first.device if first is not None else torch.device("cpu")
+        self.components = slots * world_size * (2 if witness else 1)
+        self._holders: List[_Holder] = []
+        for site, owner in [("", module)] + self._site_modules(module, sites):
+            if hasattr(owner, name):
+                where = f"the submodule {site!r}" if site else "the module"
+                raise ProbeError(f"{where} already has an attribute {name!r}: one probe per module")
+            parameter = nn.Parameter(torch.zeros(self.components, dtype=dtype, device=device))
+            self._holders.append(_Holder(site, owner, parameter))
+        self.parameter = self._holders[0].parameter
+        """p on the probed module itself (its components are laid out as the class docstring says)."""
+        for holder in self._holders:
+            holder.module.register_parameter(name, holder.parameter)
+        self._handles: List[Any] = []
+        for holder in self._holders:
+            self._handles.append(self._keep_out_of_state_dict(holder.module))
+            self._handles.append(holder.module.register_load_state_dict_post_hook(  # type: ignore[no-untyped-call]
+                self._forgive_missing))
+        self._handles.append(self._register_inputs_hook(module))
+        self._handles.append(module.register_forward_hook(self._after_forward))
+        self._handles.append(self.parameter.register_hook(self._on_gradient))  # type: ignore[no-untyped-call]
+        self._active = False
+        self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
+        self._keep_local = True
         self._reset()
 
-    # -- keeping p invisible ----------------------------------------------------------------------
+    # -- construction helpers ---------------------------------------------------------------------
+
+    @staticmethod
+    def _check_objective(objective: str, normalizer: Optional[Number]) -> None:
+        if objective not in OBJECTIVES:
+            raise ProbeError(f"objective is one of {', '.join(OBJECTIVES)}, not {objective!r}")
+        if objective == "constant" and normalizer is None:
+            raise ProbeError("objective='constant' needs normalizer=C, the constant the token sum is divided by")
+        if objective != "constant" and normalizer is not None:
+            raise ProbeError(f"normalizer= belongs to objective='constant', not {objective!r}")
+        if isinstance(normalizer, (int, float, Fraction)) and not isinstance(normalizer, bool) and not normalizer > 0:
+            raise ProbeError(f"the normalizer must be a positive number, not {normalizer!r}")
+
+    def _site_modules(self, module: nn.Module, sites: SitesOption) -> List[Tuple[str, nn.Module]]:
+        if sites is None:
+            return []
+        if isinstance(sites, str):
+            if sites != "children":
+                raise ProbeError(f"sites is 'children', a list of submodule names or None, not {sites!r}")
+            return [(n, child) for n, child in module.named_children() if next(child.parameters(), None) is not None]
+        chosen: List[Tuple[str, nn.Module]] = []
+        for site in sites:
+            if not isinstance(site, str) or not site:
+                raise ProbeError(f"a site is a submodule's name, not {site!r}")
+            try:
+                chosen.append((site, module.get_submodule(site)))
+            except AttributeError:
+                raise ProbeError(f"the module has no submodule {site!r} to place a site in") from None
+        names = [n for n, _ in chosen]
+        if len(set(names)) != len(names):
+            raise ProbeError(f"sites are named twice: {names}")
+        return chosen
 
     def _keep_out_of_state_dict(self, module: nn.Module) -> Any:
         def drop(module: nn.Module, state_dict: Dict[str, Any], prefix: str, local_metadata: Any) -> None:
@@ -297,59 +364,182 @@ class Probe:
         for key in [k for k in missing if k == self.name or k.endswith("." + self.name)]:
             missing.remove(key)
 
+    def _register_inputs_hook(self, module: nn.Module) -> Any:
+        try:
+            return module.register_forward_pre_hook(self._before_forward_kwargs, with_kwargs=True)
+        except TypeError:  # torch 1.13: a pre-hook sees positional inputs only
+            return _KeywordInputs(module, self._before_forward_kwargs)
+
+    # -- the probe's parameters -------------------------------------------------------------------
+
+    @property
+    def sites(self) -> Dict[str, nn.Parameter]:
+        """The site parameters by submodule name (empty without sites)."""
+        return {h.site: h.parameter for h in self._holders if h.site}
+
+    def probe_parameters(self) -> List[nn.Parameter]:
+        """p and every site's parameter."""
+        return [h.parameter for h in self._holders]
+
     def is_probe(self, parameter: Any) -> bool:
-        """True when ``parameter`` is p."""
-        return parameter is self.parameter
+        """True when ``parameter`` is p or a site's probe parameter."""
+        return any(parameter is h.parameter for h in self._holders)
 
     def named_model_parameters(self, module: Optional[nn.Module] = None) -> Iterator[Tuple[str, nn.Parameter]]:
-        """``module.named_parameters()`` without p (default: the module the probe is attached to)."""
+        """``module.named_parameters()`` without the probe's (default: the module the probe is attached to)."""
         for name, parameter in (module if module is not None else self.module).named_parameters():
-            if parameter is not self.parameter:
+            if not self.is_probe(parameter):
                 yield name, parameter
 
     def model_parameters(self, module: Optional[nn.Module] = None) -> Iterator[nn.Parameter]:
-        """``module.parameters()`` without p: give these to the optimizer and to gradient clipping."""
+        """``module.parameters()`` without the probe's: give these to the optimizer and to gradient clipping."""
         for _, parameter in self.named_model_parameters(module):
             yield parameter
 
     def check_optimizer(self, optimizer: Any) -> None:
-        """Raises ``ProbeError`` when p is in one of the optimizer's parameter groups."""
+        """Raises ``ProbeError`` when a probe parameter is in one of the optimizer's parameter groups."""
         for group in getattr(optimizer, "param_groups", []):
-            if any(parameter is self.parameter for parameter in group.get("params", [])):
+            if any(self.is_probe(parameter) for parameter in group.get("params", [])):
                 raise ProbeError(f"p reached the optimizer {type(optimizer).__name__}: build it from "
                                  "probe.model_parameters(model), so that p is never updated")
 
     def remove(self) -> None:
-        """Detaches the probe: removes p and every hook from the module."""
+        """Detaches the probe: removes p, the site parameters and every hook from the module."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        if getattr(self.module, self.name, None) is self.parameter:
-            delattr(self.module, self.name)
+        for holder in self._holders:
+            if getattr(holder.module, self.name, None) is holder.parameter:
+                delattr(holder.module, self.name)
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def _reset(self) -> None:
-        self._probed.clear()
-        self._microbatches: List[_Microbatch] = []
+    def _reset(self, keep_declared: bool = False) -> None:
+        """Forgets the step's record (a ``sequences()`` declaration survives the start of a step)."""
+        if not keep_declared:
+            self._declared: Optional[Layout] = None
+        self._probed: Dict[int, Any] = {}
+        self._microbatches: List[Microbatch] = []
         self._marked = False
-        self._local: List[float] = []
-        self._loss_dtypes: set = set()
+        self._allocator = Components(self.slots, self.rank, self.world_size)
+        self._local: Optional[torch.Tensor] = None  # this rank's own gradient of p, summed over its backwards
+        self._captured: Dict[str, torch.Tensor] = {}
+        self._captures: List[str] = []
+        self._reduced = False
+        self._sync_forward = False
+        self._ddp_forward = False
+        self._unheld: Optional[str] = None
+        self._queued = False
+        self._pending = False  # a backward reached p since the last capture
+        self._loss_dtypes: Set[torch.dtype] = set()
         self._divided_by: Optional[Any] = None
-        self.parameter.grad = None
+        self._inputs: Optional[Tuple[Sequence[Any], Dict[str, Any]]] = None
+        self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
+        self._seen = capture.seen()
+        for holder in self._holders:
+            holder.parameter.grad = None
 
-    def _route_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
-        routed, found = _route(output, self.parameter)
+    def _before_forward_kwargs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if torch.is_grad_enabled():
+            self._inputs = (tuple(args), dict(kwargs))
+            self._inputs_layout = False
+
+    def _after_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return None
+        ddp = capture.enclosing_ddp(module)
+        if ddp is None:
+            return None
+        self._ddp_forward = True
+        if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
+            if not capture.ddp_holds(ddp, self.probe_parameters()):
+                raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP wrapped "
+                                 "the model, so DDP never reduces p's gradient. Construct Probe(model) before "
+                                 "DistributedDataParallel(model)")
+            has_hook, hook_name, hook = capture.registered_hook(ddp)
+            # The local gradient is kept only to infer an unknown hook's reducer.
+            self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
+            self._ddp = weakref.ref(ddp)
+        if ddp.require_backward_grad_sync:
+            self._sync_forward = True
+        if not getattr(ddp, "find_unused_parameters", False):
+            return None  # every probe parameter gets its gradient through the loss's terms
+        # DDP looks for the parameters the output depends on: p must be among them, or it is marked unused.
+        routed, found = _route(output, self.probe_parameters())
         if not found:
             raise ProbeError(f"{type(module).__name__}'s output holds no floating tensor to route p through: "
-                             "DDP would not see p used by the forward pass")
+                             "DDP with find_unused_parameters would not see p used by the forward pass")
         return routed
 
-    def _capture_local(self, grad: torch.Tensor) -> None:
-        self._local.append(grad.detach().double().item())
+    def _on_gradient(self, grad: torch.Tensor) -> None:
+        if self._keep_local:
+            local = grad.detach().to(device="cpu", dtype=torch.float64)
+            self._local = local.clone() if self._local is None else self._local.add_(local)
+        self._pending = True
+        if not self._queued:
+            self._queued = True
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(self._end_of_backward)
 
-    def _rank(self) -> int:
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    def _end_of_backward(self) -> None:
+        """First callback: p.grad as the backward's accumulation left it, before any reducer's finalize."""
+        self._queued = False
+        grad = self.parameter.grad
+        mark = (id(grad), grad._version) if grad is not None else None
+        engine = torch.autograd.Variable._execution_engine
+        engine.queue_callback(lambda: self._after_reduction(mark))
+
+    def _after_reduction(self, mark: Optional[Tuple[int, int]]) -> None:
+        """Second callback, after DDP's finalize: capture when this backward synchronized the gradients."""
+        grad = self.parameter.grad
+        if grad is None or type(grad) is not torch.Tensor:
+            return
+        written = mark is not None and (id(grad), grad._version) != mark
+        if not (self._sync_forward or written):
+            return
+        self._sync_forward = False
+        self._reduced = True
+        if self.capture_mode == "reduction":
+            self._capture("the synchronizing backward")
+
+    def _capture(self, when: str) -> None:
+        stored = False
+        for holder in self._holders:
+            grad = holder.parameter.grad
+            if grad is None:
+                continue
+            value = grad.detach().to(device="cpu", dtype=torch.float64, copy=True)
+            previous = self._captured.get(holder.site)
+            self._captured[holder.site] = value if previous is None else previous + value
+            # None, not zeros: clipping skips it (a zero float64 gradient among float32 ones would still
+            # change the dtype, and so the bits, of the total norm), and an optimizer leaves p alone.
+            holder.parameter.grad = None
+            stored = True
+        self._pending = False
+        if stored:
+            self._captures.append(when)
+
+    def capture(self) -> None:
+        """Stores the probe's gradients now as the step's, and zeroes them.
+
+        The probe does this itself after a synchronizing DDP backward, when ``probe.step()`` ends and
+        before clipping inside the step; call it where the reduction ends somewhere the probe cannot
+        see (gradients all-reduced by hand, for instance) and before anything else touches gradients.
+        """
+        self._capture("probe.capture()")
+
+    def gradients(self) -> Dict[str, torch.Tensor]:
+        """The probe's gradients captured so far this step (float64, on the CPU), by site; ``""`` is p itself.
+
+        Each is the whole vector: component ``rank·slots + k`` is this rank's k-th group, the witness
+        components follow at ``W·slots``. Empty before the first capture.
+        """
+        return {site: value.clone() for site, value in self._captured.items()}
+
+    @property
+    def captures(self) -> Tuple[str, ...]:
+        """When the gradients were captured this step ('the synchronizing backward', 'the end of probe.step()', …)."""
+        return tuple(self._captures)
 
     def microbatch(self) -> None:
         """Marks the start of a microbatch: every loss until the next mark belongs to it.
@@ -361,7 +551,27 @@ class Probe:
             raise ProbeError("probe.microbatch() came after losses of the step: mark every microbatch, "
                              "from the first, or none")
         self._marked = True
-        self._microbatches.append(_Microbatch())
+        self._microbatches.append(Microbatch())
+
+    def sequences(self, *, sequence_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
+                  cu_seqlens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None) -> None:
+        """Declares the sequences of the losses that follow (until the next call, or ``clear_sequences``).
+
+        One source: ``sequence_ids`` (a sequence key per position, −1 for none), ``cu_seqlens``
+        (cumulative sequence lengths over the flattened batch), ``position_ids`` (packed sequences
+        restart at 0) or ``labels`` (each row of a (B, T) batch is a sequence). It describes the batch
+        the model is given; a loss's targets are matched to it position by position, with or without
+        the label shift. Without a declaration the probe reads the same from the model's inputs.
+        """
+        try:
+            self._declared = layout(sequence_ids=sequence_ids, position_ids=position_ids, cu_seqlens=cu_seqlens,
+                                    labels=labels)
+        except StepError as e:
+            raise ProbeError(str(e)) from None
+
+    def clear_sequences(self) -> None:
+        """Forgets a ``sequences()`` declaration: sequences come from the model's inputs again."""
+        self._declared = None
 
     def divided_by(self, value: Union[int, float, Fraction, Sequence[Union[int, float, Fraction]]]) -> None:
         """Tells the probe what this rank divided its loss sum by (N, or one number per microbatch).
@@ -373,292 +583,370 @@ class Probe:
         else:
             self._divided_by = dump.literal(value)
 
-    def plan(self, counts: Sequence[Sequence[int]], *, objective: Optional[str] = None) -> Suggestion:
-        """Chooses the probe values with ``normcheck suggest --counts`` for the step's real counts.
+    # -- recording a loss -------------------------------------------------------------------------
 
-        ``counts[r][m]`` is the number of valid tokens rank r's loss will see in microbatch m (all ranks:
-        see ``gather_counts``). Collective when a process group is up: rank 0 runs normcheck and every
-        rank gets its answer. The i-th valid token of (r, m) then gets the i-th target normcheck chose
-        there. The plan holds for the next checked step only. Returns the suggestion; when ``separated``
-        is False, the counts cannot tell the mistakes in ``inseparable`` from the objective and the gate
-        will conclude ``inconclusive``.
-        """
-        table = [[int(n) for n in rank] for rank in counts]
-        # The arithmetic the dump will declare: p's, or the model's when coarser (a float32 model's
-        # losses are float32 even with a float64 p), so that the separation holds at that dtype.
-        names = {_dtype_name(self.parameter.dtype)}
-        names.update(_DTYPE_NAMES[q.dtype] for q in self.model_parameters() if q.dtype in _DTYPE_NAMES)
-        dtype = max(names, key=_ROUNDOFF.__getitem__)
-        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        outcome: Any = None
-        if not distributed or dist.get_rank() == 0:
-            try:
-                outcome = suggest_for_counts(table, dtype=dtype, objective=objective, executable=self.executable)
-            except (NormcheckError, ValueError) as e:
-                outcome = NormcheckError(str(e))
-        if distributed:
-            box = [outcome]
-            dist.broadcast_object_list(box, src=0)
-            outcome = box[0]
-        if isinstance(outcome, Exception):
-            raise outcome
-        if str(outcome.partition.get("theta", 0)) not in ("0", "0x0.0p+0"):
-            raise NormcheckError(f"normcheck suggested θ = {outcome.partition['theta']}; the probe needs θ = 0")
-        if distributed and len(table) != dist.get_world_size():
-            raise ProbeError(f"counts for {len(table)} ranks, but the group has {dist.get_world_size()}")
-        for r, (rank, wanted) in enumerate(zip(outcome.targets, table)):
-            if [len(batch) for batch in rank] != wanted:
-                raise NormcheckError(f"normcheck suggested {[len(b) for b in rank]} targets for rank {r}, "
-                                     f"not the counts {wanted}")
-        self._plan = outcome.targets
-        self._suggestion = outcome
-        return outcome
+    def _keys(self, target: torch.Tensor, explicit: Optional[torch.Tensor]) -> Tuple[Keys, str]:
+        """Where the targets' sequences are (None: the microbatch is one group) and where that came from."""
+        count = int(target.numel())
+        if explicit is not None:
+            if tuple(explicit.shape) != tuple(target.shape):
+                raise ProbeError(f"sequence_ids of shape {tuple(explicit.shape)} for labels of shape "
+                                 f"{tuple(target.shape)}")
+            return explicit.reshape(-1), "sequence_ids"
+        if not self.sequences_enabled:
+            return None, "none"
+        if self._declared is not None:
+            keys = self._declared.for_targets(count)
+            if keys is None:
+                raise ProbeError(f"the sequences declared from {self._declared.source} describe a batch of shape "
+                                 f"{self._declared.shape}; the loss has {count} targets, neither one per position "
+                                 "nor one per position but the last of each row")
+            return keys, self._declared.source
+        if self._inputs is not None:
+            if self._inputs_layout is False:  # read once per forward
+                try:
+                    self._inputs_layout = layout_from_inputs(*self._inputs)
+                except StepError as e:
+                    raise ProbeError(str(e)) from None
+            found = self._inputs_layout
+            if isinstance(found, Layout):
+                keys = found.for_targets(count)
+                if keys is not None:
+                    return keys, found.source
+        if target.dim() == 2:
+            return (int(target.shape[0]), int(target.shape[1])), "the rows of the labels"
+        return None, "none"
 
-    def _values(self, microbatch: int, start: int, count: int) -> List[Union[int, Fraction, str]]:
-        rank = self._rank()
-        if self._plan is None:
-            return [default_value(rank, microbatch)] * count
-        if rank >= len(self._plan) or microbatch >= len(self._plan[rank]):
-            raise ProbeError(f"the plan has no microbatch {microbatch} on rank {rank}: plan with the step's "
-                             "real counts")
-        planned = self._plan[rank][microbatch]
-        if start + count > len(planned):
-            raise ProbeError(f"rank {rank} microbatch {microbatch} has more valid tokens than the "
-                             f"{len(planned)} the plan was made for")
-        return list(planned[start:start + count])
-
-    def _record(self, valid: torch.Tensor, token_weights: Optional[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-        """Records one loss call's positions; returns −y (−y·w with weights) shaped like ``valid``, −0 where invalid."""
+    def _record(self, valid: torch.Tensor, weights: Optional[torch.Tensor], target: torch.Tensor,
+                explicit: Optional[torch.Tensor], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+        """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record)."""
         if not self._marked:
-            self._microbatches.append(_Microbatch())
+            self._microbatches.append(Microbatch())
         elif not self._microbatches:
             raise ProbeError("a loss came before the first probe.microbatch() mark")
         batch = self._microbatches[-1]
-        index = len(self._microbatches) - 1
-        weighted = token_weights is not None
+        weighted = weights is not None
         if batch.weighted is not None and batch.weighted != weighted:
             raise ProbeError("one microbatch mixed losses with and without weights")
         batch.weighted = weighted
-        flags = valid.reshape(-1).tolist()
-        count = sum(1 for f in flags if f)
-        values = iter(self._values(index, batch.valid, count))
-        weights = iter(token_weights.reshape(-1).tolist()) if token_weights is not None else None
-        targets: List[float] = []
-        for flag in flags:
-            w = next(weights) if weights is not None else None
-            if flag:
-                y = next(values)
-                batch.values.append(y)
-                batch.weights.append(w)
-                targets.append(_as_float(y))
-            else:
-                batch.values.append(None)
-                batch.weights.append(None)
-                targets.append(0.0)
-        batch.valid += count
-        self._loss_dtypes.add(_dtype_name(dtype))
-        exact = torch.tensor(targets, dtype=torch.float64)
-        y = exact.to(dtype)
-        if not torch.equal(y.double(), exact):
-            raise ProbeError(f"a probe value is not exact in {dtype}: plan smaller values")
-        y = y.to(valid.device)
-        flat = valid.reshape(-1)
-        negated = torch.where(flat, -y, torch.full((), -0.0, dtype=dtype, device=valid.device))
-        if token_weights is not None:
-            negated = negated * token_weights.reshape(-1).to(dtype)  # −0 stays −0 beside padding (w = 0)
-        return negated.reshape(valid.shape)
+        keys, source = self._keys(target, explicit)
+        device = self.parameter.device
+        flat_valid = valid.reshape(-1)
+        if flat_valid.device != device:
+            flat_valid = flat_valid.to(device)
+        flat_weights = weights.reshape(-1).to(device=device, dtype=torch.float64) if weights is not None else None
+        witnessed = self.witness and not weighted
+        try:
+            components, magnitudes = self._allocator.record(batch, flat_valid, keys, flat_weights, self._marked,
+                                                            witnessed)
+        except StepError as e:
+            raise ProbeError(str(e)) from None
+        batch.source = source
+        self._loss_dtypes.add(dtype)
+        return components, magnitudes, witnessed
+
+    def _vector(self) -> torch.Tensor:
+        """p plus every site's parameter, in float64: every token's term uses them all."""
+        vector = self.parameter if self.parameter.dtype == torch.float64 else self.parameter.to(torch.float64)
+        # Additions, not stack(...).sum(0): the latter's backward hands every parameter a view of one buffer,
+        # which AccumulateGrad may keep as each one's .grad, so that later accumulations add up twice.
+        for holder in self._holders[1:]:
+            vector = vector + holder.parameter
+        return vector
+
+    def _per_position(self, components: torch.Tensor, magnitudes: torch.Tensor, witnessed: bool) -> torch.Tensor:
+        """The probe term of each target position (float64, −0 everywhere)."""
+        term = self._vector().index_select(0, components) * magnitudes
+        if witnessed:
+            term = term.view(2, -1).sum(0)
+        return term.neg()
+
+    def _summed(self, components: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
+        """The probe term summed over the call's positions (float64, −0): −p·A, A the magnitudes per component."""
+        totals = torch.bincount(components, weights=magnitudes, minlength=self.components)
+        return torch.dot(self._vector(), totals).neg()
 
     def add(self, per_token_loss: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
-            weights: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The per-token loss with p·(−y) added on every valid token (label ≠ ignore_index).
+            weights: Optional[torch.Tensor] = None, sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The per-token loss with the probe term added on every valid token (label ≠ ignore_index).
 
         ``per_token_loss`` is shaped like ``labels`` (as ``cross_entropy(..., reduction='none')`` gives
         it); padding gets no term. ``weights`` (shaped like ``labels``) are the per-token weights the
-        step's objective uses, if any: the term is then w·p·(−y) and the dump is a weighted one.
-        Normalize the result exactly as the step normalizes its loss.
+        step's objective uses, if any (the dump is then a weighted one). ``sequence_ids`` (shaped like
+        ``labels``) names each token's sequence; otherwise sequences come from ``sequences()``, the
+        model's inputs or the rows of 2-D labels. Normalize the result exactly as the step normalizes
+        its loss.
         """
         earlier = self._probed.get(id(per_token_loss))
         if earlier is not None and earlier() is per_token_loss:
             raise ProbeError("this loss already carries the probe term: it came from the cross_entropy that "
-                             "probe.step() wraps; with probe.add, use probe.step(wrap=False)")
+                             "probe.step() captures; with probe.add, use probe.step(wrap=False)")
         if per_token_loss.shape != labels.shape:
             raise ProbeError(f"per-token loss of shape {tuple(per_token_loss.shape)} for labels of shape "
                              f"{tuple(labels.shape)}: add() takes the loss before any reduction")
-        valid = labels != ignore_index
         if not torch.is_grad_enabled():
             return per_token_loss
+        valid = labels != ignore_index
         token_weights = None
         if weights is not None:
-            token_weights = torch.where(valid, weights.to(per_token_loss.dtype), torch.zeros_like(per_token_loss))
-        negated = self._record(valid, token_weights, per_token_loss.dtype)
-        p = self.parameter.to(device=per_token_loss.device, dtype=per_token_loss.dtype)
-        return per_token_loss + p * negated
+            token_weights = torch.where(valid, weights.to(torch.float64), torch.zeros((), dtype=torch.float64,
+                                                                                       device=weights.device))
+        components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
+                                                         per_token_loss.dtype)
+        term = self._per_position(components, magnitudes, witnessed)
+        return per_token_loss + term.to(device=per_token_loss.device, dtype=per_token_loss.dtype).view(per_token_loss.shape)
 
-    # -- the wrapped cross-entropy ----------------------------------------------------------------
-
-    def _cross_entropy(self, original: Callable, input: torch.Tensor, target: torch.Tensor,
-                       weight: Optional[torch.Tensor] = None, size_average: Optional[bool] = None,
-                       ignore_index: int = -100, reduce: Optional[bool] = None, reduction: str = "mean",
-                       label_smoothing: float = 0.0) -> torch.Tensor:
-        loss = original(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+    def _loss(self, name: str, original: Callable[..., torch.Tensor], arguments: Dict[str, Any]) -> torch.Tensor:
+        """A captured cross_entropy or nll_loss: torch's value, plus the probe term reduced as torch reduces."""
+        loss = original(**arguments)
         if not torch.is_grad_enabled():
             return loss
+        reduction = arguments["reduction"]
+        size_average, reduce = arguments.get("size_average"), arguments.get("reduce")
         if size_average is not None or reduce is not None:  # the legacy arguments, as torch maps them
             if reduce is False:
                 reduction = "none"
             else:
                 reduction = "sum" if size_average is False else "mean"
+        target = arguments["target"]
         if target.is_floating_point():
-            raise ProbeError("cross_entropy with class-probability targets: the probe needs class indices "
+            raise ProbeError(f"{name} with class-probability targets: the probe needs class indices "
                              "(use probe.add on a per-token loss instead)")
+        ignore_index = arguments["ignore_index"]
+        weight = arguments.get("weight")
         valid = target != ignore_index
         token_weights = None
         if weight is not None:
             safe = torch.where(valid, target, torch.zeros_like(target))
-            token_weights = torch.where(valid, weight.to(loss.dtype)[safe], torch.zeros((), dtype=loss.dtype,
-                                                                                        device=loss.device))
-        negated = self._record(valid, token_weights, loss.dtype)
-        p = self.parameter.to(device=loss.device, dtype=loss.dtype)
+            token_weights = torch.where(valid, weight.to(torch.float64)[safe],
+                                        torch.zeros((), dtype=torch.float64, device=weight.device))
+        if reduction not in ("none", "sum", "mean"):
+            raise ProbeError(f"unknown reduction {reduction!r}")
+        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype)
         if reduction == "none":
-            probed = loss + p * negated
+            term = self._per_position(components, magnitudes, witnessed)
+            probed = loss + term.to(device=loss.device, dtype=loss.dtype).view(loss.shape)
             self._probed[id(probed)] = weakref.ref(probed)
             return probed
-        total = negated.sum()
-        if reduction == "sum":
-            return loss + p * total
-        if reduction != "mean":
-            raise ProbeError(f"unknown reduction {reduction!r}")
-        # torch's mean: the sum over the number of non-ignored targets, or over their class weights.
-        denominator = token_weights.sum() if token_weights is not None else valid.sum().to(loss.dtype)
-        return loss + p * total / denominator
+        if reduction == "mean":
+            # torch's mean: the sum over the number of non-ignored targets, or over their class weights. Divided
+            # position by position, so that a mean over no target (0/0) is NaN in this call's components only.
+            denominator = token_weights.sum() if token_weights is not None else valid.sum()
+            magnitudes = magnitudes / denominator.to(device=magnitudes.device, dtype=torch.float64)
+        total = self._summed(components, magnitudes)
+        return loss + total.to(device=loss.device, dtype=loss.dtype)
 
-    def _guard_clipping(self, original: Callable) -> Callable:
+    # -- the step ---------------------------------------------------------------------------------
+
+    def _guard_clipping(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def guarded(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             listed = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-            if any(t is self.parameter for t in listed) and self.parameter.grad is not None:
-                raise ProbeError("p reached gradient clipping before probe.check(): clip "
-                                 "probe.model_parameters(model), and check right after backward")
+            if self._pending and any(self.is_probe(t) for t in listed):
+                self._capture("gradient clipping")  # the gradients are final once they are clipped
             return original(listed, *args, **kwargs)
 
         return guarded
 
     @contextlib.contextmanager
     def step(self, wrap: bool = True) -> Iterator["Probe"]:
-        """Context manager for one step: wraps cross_entropy and CrossEntropyLoss and guards clipping.
+        """Context manager for one step: captures cross_entropy and nll_loss, then the probe's gradient.
 
-        ``wrap=False`` leaves cross_entropy alone, for a step that calls ``probe.add`` itself.
+        ``wrap=False`` leaves the losses alone, for a step that calls ``probe.add`` itself.
 
-        Inside it, ``torch.nn.functional.cross_entropy`` and ``torch.nn.CrossEntropyLoss`` keep the
-        caller's reduction, ignore_index, weight and label_smoothing and add the probe term on valid
-        tokens, reduced as torch reduces: 'mean' divides it by the number of non-ignored targets (by
-        the sum of their class weights when ``weight`` is given), 'sum' sums. Each call is one
-        microbatch unless ``microbatch()`` marks them. Clipping that would include p's gradient raises.
-        A name bound with ``from torch.nn.functional import cross_entropy`` before the step is not seen.
+        Inside it, ``torch.nn.functional.cross_entropy`` and ``nll_loss`` (and ``nn.CrossEntropyLoss``,
+        ``nn.NLLLoss``) keep the caller's reduction, ignore_index, weight and label_smoothing and gain
+        the probe term on valid tokens, reduced as torch reduces. Each call is one microbatch unless
+        ``microbatch()`` marks them. The probe's gradient is stored and zeroed after the synchronizing
+        backward, before clipping inside the step, or when the step ends, whichever comes first.
         """
-        if self._patched:
+        if self._active:
             raise ProbeError("probe.step() is already active")
-        self._reset()
-        original_function = F.cross_entropy
-        original_forward = nn.CrossEntropyLoss.forward
+        self._reset(keep_declared=True)
         clip_module = torch.nn.utils.clip_grad
         originals = {name: getattr(clip_module, name) for name in ("clip_grad_norm_", "clip_grad_value_")}
-        probe = self
-
-        def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor] = None,
-                          size_average: Optional[bool] = None, ignore_index: int = -100,
-                          reduce: Optional[bool] = None, reduction: str = "mean",
-                          label_smoothing: float = 0.0) -> torch.Tensor:
-            return probe._cross_entropy(original_function, input, target, weight, size_average, ignore_index,
-                                        reduce, reduction, label_smoothing)
-
-        def forward(module: nn.CrossEntropyLoss, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return probe._cross_entropy(original_function, input, target, module.weight, None,
-                                        module.ignore_index, None, module.reduction,
-                                        getattr(module, "label_smoothing", 0.0))
-
-        if wrap:
-            F.cross_entropy = cross_entropy  # type: ignore[assignment]
-            nn.CrossEntropyLoss.forward = forward  # type: ignore[assignment]
         for name, original in originals.items():
             guarded = self._guard_clipping(original)
             setattr(clip_module, name, guarded)
             if getattr(torch.nn.utils, name, None) is original:
                 setattr(torch.nn.utils, name, guarded)
-        self._patched = True
+        self._active = True
         try:
-            yield self
+            with (capture.loss_capture(self._loss, self._seen, self.module) if wrap else contextlib.nullcontext()):
+                yield self
+            if self._pending:
+                self._capture("the end of probe.step()")
         finally:
-            F.cross_entropy = original_function  # type: ignore[assignment]
-            nn.CrossEntropyLoss.forward = original_forward  # type: ignore[assignment]
             for name, original in originals.items():
                 if getattr(torch.nn.utils, name, None) is not original:
                     setattr(torch.nn.utils, name, original)
                 setattr(clip_module, name, original)
-            self._patched = False
+            self._active = False
 
     # -- judging ----------------------------------------------------------------------------------
 
-    def _local_part(self, model: Optional[nn.Module], optimizer: Any, scaler: Any,
-                    reducer: Optional[str], reduction_dtype: Optional[str]) -> Dict[str, Any]:
+    def _local_part(self, model: Optional[nn.Module], optimizer: Any, scaler: Any, reducer: Optional[str],
+                    reduction_dtype: Optional[str]) -> Dict[str, Any]:
         """What this rank contributes; a problem is reported in the part, not raised, so no rank hangs."""
-        part: Dict[str, Any] = {"rank": self._rank(), "error": None}
+        part: Dict[str, Any] = {"rank": self.rank, "error": None, "notes": []}
         try:
+            if _distributed() and (dist.get_world_size() != self.world_size or dist.get_rank() != self.rank):
+                raise ProbeError(f"the probe was built for rank {self.rank} of {self.world_size}, the process group "
+                                 f"has rank {dist.get_rank()} of {dist.get_world_size()}: construct it after "
+                                 "init_process_group, or pass world_size= and rank=")
             for item in (optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]):
                 if item is not None:
                     self.check_optimizer(item)
-            value = self.parameter.detach().double().item()
-            if value != 0:
-                raise ProbeError(f"p is {value!r}, not 0: an optimizer or an update moved it; build optimizers "
-                                 "from probe.model_parameters(model)")
+            for holder in self._holders:
+                if bool(holder.parameter.detach().ne(0).any()):
+                    raise ProbeError("p is not 0: an optimizer or an update moved it; build optimizers from "
+                                     "probe.model_parameters(model)")
             if not self._microbatches:
-                raise ProbeError("the probe saw no loss this step: use probe.add(...) or compute the loss "
-                                 "inside `with probe.step():` with torch.nn.functional.cross_entropy")
-            if self.parameter.grad is None:
+                raise ProbeError(self._no_loss_message())
+            written = [h.site or "p" for h in self._holders if h.parameter.grad is not None]
+            if (self._pending or written) and self._captures:
+                what = (f"a backward reached p after its gradient was captured at {self._captures[-1]}, so that "
+                        "gradient was never reduced with the others" if self._pending else
+                        f"{', '.join(written)}.grad was written to after it was captured at {self._captures[-1]}")
+                raise ProbeError(f"{what}: the probe judges what it captured; run every backward of the step "
+                                 "before the synchronizing one (or inside probe.step())")
+            if self._pending or written:
+                self._capture("probe.check()")
+            if self.capture_mode == "reduction" and self._reduced:
+                part["notes"] = ["the probe's gradient was captured at the synchronizing backward: gradients "
+                                 "scaled after it (a division of the reduced gradients by hand) are not judged; "
+                                 "if the step normalizes there, construct the probe with capture='step'"]
+            if not self._captures:
                 raise ProbeError("p has no gradient: call probe.check() after the step's backward")
             scale = 1.0
             if scaler is not None and getattr(scaler, "is_enabled", lambda: True)():
                 scale = float(scaler.get_scale())
-            gradient = self.parameter.grad.detach().double().item() / scale
             weighted = {b.weighted for b in self._microbatches if b.weighted is not None}
             if len(weighted) > 1:
                 raise ProbeError("some losses of the step had weights and some did not")
-            ddp = isinstance(model, nn.parallel.DistributedDataParallel)
-            has_hook, hook_name, hook = _registered_hook(model) if ddp else (False, None, None)  # type: ignore[arg-type]
-            hook_reducer, hook_dtype = _known_hook(hook_name, hook) if has_hook else (None, None)
+            ddp_model = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+            if ddp_model is None and self._ddp is not None:
+                ddp_model = self._ddp()
+            ddp = ddp_model is not None
+            has_hook, hook_name, hook = capture.registered_hook(ddp_model) if ddp else (False, None, None)
+            hook_reducer, hook_dtype = capture.known_hook(hook_name, hook) if has_hook else (None, None)
+            vectors = {site: [v / scale for v in value.tolist()] for site, value in self._captured.items()}
+            for holder in self._holders:
+                vectors.setdefault(holder.site, [0.0] * self.components)
             part.update({
-                "microbatches": [list(b.values) for b in self._microbatches],
-                "weights": [list(b.weights) for b in self._microbatches] if weighted == {True} else None,
-                "gradient": gradient,
-                "local": math.fsum(self._local) / scale,
+                "microbatches": [b.written() for b in self._microbatches],
+                "weighted": weighted == {True},
+                "sequences": [bool(b.sequences) for b in self._microbatches],
+                "valid": [b.valid for b in self._microbatches],
+                "used": self._allocator.used,
+                "vectors": vectors,
+                "local": [v / scale for v in self._local.tolist()] if self._local is not None else None,
                 "dtype": _dtype_name(self.parameter.dtype),
-                "loss_dtypes": sorted(self._loss_dtypes),
+                "loss_dtypes": sorted(_dtype_name(d) for d in self._loss_dtypes),
                 "divided_by": self._divided_by,
                 "ddp": ddp,
+                "ddp_forward": self._ddp_forward,
+                "reduced": self._reduced,
                 "hook": hook_name if has_hook else None,
                 "hook_reducer": hook_reducer,
                 "hook_dtype": hook_dtype,
                 "reducer": reducer,
                 "reduction_dtype": reduction_dtype,
             })
-            if self._plan is not None:
-                planned = [len(b) for b in self._plan[part["rank"]]] if part["rank"] < len(self._plan) else []
-                seen = [b.valid for b in self._microbatches]
-                if planned != seen:
-                    raise ProbeError(f"rank {part['rank']}: the plan was made for counts {planned}, the step "
-                                     f"had {seen}")
         except ProbeError as e:
             part["error"] = str(e)
         except Exception as e:  # reported, not raised: the other ranks are about to wait for this one
             part["error"] = f"rank {part['rank']}: {type(e).__name__}: {e}"
         return part
 
-    def _document(self, parts: List[Dict[str, Any]], description: Optional[str]) -> Tuple[Dict[str, Any], str]:
+    def _no_loss_message(self) -> str:
+        text = ("the probe saw no loss this step: compute it inside `with probe.step():` with "
+                "torch.nn.functional.cross_entropy or nll_loss (or nn.CrossEntropyLoss), or pass per-token "
+                "losses through probe.add(...)")
+        if self._seen.log_softmax:
+            text += (f". The step called log_softmax {self._seen.log_softmax} time(s) without cross_entropy or "
+                     "nll_loss, as a hand-written loss or transformers' LabelSmoother (label_smoothing_factor > 0) "
+                     "does: for the probed step use cross_entropy(..., label_smoothing=ε), which is the same "
+                     "loss, or add the per-token losses with probe.add")
+        return text
+
+    def _restrict(self, parts: List[Dict[str, Any]], site: str, witness: bool) -> Tuple[List[List[float]], Optional[List[List[float]]]]:
+        """Every rank's copy of one probe vector, restricted to the groups used, in group order."""
+        half = self.slots * self.world_size
+        primary: List[List[float]] = []
+        witnessed: List[List[float]] = []
+        for part in parts:
+            vector = part["vectors"][site]
+            chosen: List[float] = []
+            chosen_witness: List[float] = []
+            stray = 0.0
+            for q, other in enumerate(parts):
+                start = q * self.slots
+                chosen += vector[start:start + other["used"]]
+                stray = max([stray] + [abs(v) for v in vector[start + other["used"]:start + self.slots]])
+                if self.witness:
+                    chosen_witness += vector[half + start:half + start + other["used"]]
+                    stray = max([stray] + [abs(v) for v in vector[half + start + other["used"]:half + start + self.slots]])
+            if stray != 0 and math.isfinite(stray):
+                where = f"site {site}" if site else "p"
+                raise ProbeError(f"rank {part['rank']}'s {where} has gradient in components no group was given "
+                                 f"(up to {stray!r}): something else than the probe's terms used them")
+            primary.append(chosen)
+            witnessed.append(chosen_witness)
+        return primary, (witnessed if witness else None)
+
+    def _unreduced(self, parts: List[Dict[str, Any]]) -> Optional[str]:
+        """Why p's gradient was evidently never combined across ranks, or None."""
+        if self.world_size == 1:
+            return None
+        own_nonzero = False
+        for part in parts:
+            vector = part["vectors"][""]
+            for q, other in enumerate(parts):
+                start = q * self.slots
+                values = vector[start:start + other["used"]]
+                if q == part["rank"]:
+                    own_nonzero = own_nonzero or any(v != 0 for v in values)
+                elif any(v != 0 for v in values):
+                    return None
+        if not own_nonzero:
+            return None
+        first = parts[0]
+        if first["ddp_forward"] and not first["reduced"]:
+            return ("DistributedDataParallel never synchronized p's gradient: every backward of the step ran under "
+                    "no_sync(), or the step ended before the synchronizing backward")
+        return ("nothing combined the ranks' gradients of p: each rank holds only its own tokens' share. "
+                "DistributedDataParallel reduces only the parameters it held when it was built: construct "
+                "Probe(model) before DistributedDataParallel(model); a step that all-reduces gradients itself "
+                "must include p (and call probe.capture() after it)")
+
+    def _document(self, parts: List[Dict[str, Any]], description: Optional[str], objective: str,
+                  normalizer: Optional[Number]) -> Dict[str, Any]:
         errors = [p["error"] for p in parts if p["error"]]
         if errors:
             raise ProbeError("; ".join(dict.fromkeys(errors)))
         first = parts[0]
-        if len({p["weights"] is None for p in parts}) > 1:
+        why = self._unreduced(parts)
+        if why is not None:
+            raise ProbeError(why)
+        weighted = {p["weighted"] for p in parts}
+        if len(weighted) > 1:
             raise ProbeError("some ranks' losses had weights and some did not")
+        is_weighted = weighted == {True}
+        if is_weighted:
+            if objective == "token_mean":
+                objective = "weighted_token_mean"
+            if objective != "weighted_token_mean":
+                raise ProbeError(f"the losses had weights, so the objective is weighted_token_mean, not {objective}")
+        elif objective == "weighted_token_mean":
+            raise ProbeError("objective='weighted_token_mean' but no loss of the step had weights")
+        if objective in ("sequence_mean", "sequence_sum_mean"):
+            for part in parts:
+                for m, (sequenced, valid) in enumerate(zip(part["sequences"], part["valid"])):
+                    if valid and not sequenced:
+                        raise ProbeError(f"objective {objective} needs the sequences of every microbatch, but rank "
+                                         f"{part['rank']}'s microbatch {m} has none: give position_ids, cu_seqlens or "
+                                         "2-D labels to the model, or declare them with probe.sequences(...) or "
+                                         "add(..., sequence_ids=...)")
         reducer = first["reducer"]
         how = "given"
         hook_name = first["hook"]
@@ -668,35 +956,47 @@ class Probe:
             elif first["hook_reducer"] is not None:
                 reducer, how = first["hook_reducer"], f"the hook {hook_name}"
         if reducer is None:
-            reducer = _infer_reducer([p["local"] for p in parts], first["gradient"])
+            local: List[float] = []
+            reduced: List[float] = []
+            for part in parts:
+                if part["local"] is None:
+                    continue
+                local += capture.local_parts(part["local"], part["rank"], self.slots, part["used"],
+                                             self.slots * self.world_size if self.witness else None)
+                reduced += capture.local_parts(part["vectors"][""], part["rank"], self.slots, part["used"],
+                                               self.slots * self.world_size if self.witness else None)
+            reducer = capture.infer_reducer(local, reduced, len(parts))
             how = "inferred from the local and reduced gradients of p"
             if reducer is None:
                 combined = f"the communication hook {hook_name}" if hook_name else "the step"
-                raise ProbeError(
-                    f"cannot tell how {combined} combined the ranks' gradients of p (reduced "
-                    f"{first['gradient']!r}, local {[p['local'] for p in parts]!r}): pass reducer='mean' or "
-                    "'sum' to check()")
+                raise ProbeError(f"cannot tell how {combined} combined the ranks' gradients of p: pass "
+                                 "reducer='mean' or 'sum' to check()")
         reduction_dtype = first["reduction_dtype"] or first["hook_dtype"]
         names = {first["dtype"], *(d for p in parts for d in p["loss_dtypes"])}
         dtype = max(names, key=_ROUNDOFF.__getitem__)
         divided = [p["divided_by"] for p in parts]
         if any(d is not None for d in divided) and not all(d is not None for d in divided):
             raise ProbeError("probe.divided_by() was called on some ranks and not on others")
+        with_witness = self.witness and not is_weighted
+        per_rank, witness = self._restrict(parts, "", with_witness)
+        sites = []
+        for holder in self._holders[1:]:
+            site_rank, site_witness = self._restrict(parts, holder.site, with_witness)
+            sites.append(dump.site(holder.site, site_rank, site_witness))
         seen = dump.observed(
-            dtype=dtype, per_rank=[p["gradient"] for p in parts],
+            dtype=dtype, per_rank=per_rank, witness=witness, sites=sites or None,
             reduction_dtype=reduction_dtype if reduction_dtype not in (None, dtype) else None,
             divided_by=divided if all(d is not None for d in divided) else None)
-        world_size = len(parts)
-        backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else "one process"
+        backend = dist.get_backend() if _distributed() else "one process"
         text = description or self.description or (
             f"normcheck.torch.Probe on {type(self.module).__name__}, PyTorch {torch.__version__}, "
-            f"W = {world_size} ({backend}), reducer {reducer} ({how})"
-            + (f", communication hook {hook_name}" if hook_name else ""))
-        weighted = first["weights"] is not None
-        return dump.document([p["microbatches"] for p in parts],
-                             weights=[p["weights"] for p in parts] if weighted else None,
-                             world_size=world_size, reducer=reducer, theta=0, description=text,
-                             observed=seen), reducer
+            f"W = {len(parts)} ({backend}), reducer {reducer} ({how})"
+            + (f", communication hook {hook_name}" if hook_name else "")
+            + (f", sites {', '.join(h.site for h in self._holders[1:])}" if len(self._holders) > 1 else ""))
+        ranks = [[written for written, _ in p["microbatches"]] for p in parts]
+        weights = [[w for _, w in p["microbatches"]] for p in parts] if is_weighted else None
+        return dump.document(ranks, weights=weights, world_size=len(parts), reducer=reducer, theta=0,
+                             objective=objective, normalizer=normalizer, description=text, observed=seen)
 
     def _output_path(self, path: Optional[str]) -> str:
         if path is not None:
@@ -710,25 +1010,53 @@ class Probe:
         os.makedirs(folder, exist_ok=True)
         return os.path.join(folder, f"probe-{os.getpid()}-{next(_files):03d}.json")
 
+    def dump(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
+             reducer: Optional[str] = None, reduction_dtype: Optional[str] = None, objective: Optional[str] = None,
+             normalizer: Optional[Number] = None, description: Optional[str] = None,
+             path: Optional[str] = None) -> Optional[str]:
+        """Collective: gathers every rank's part and writes the per-group dump on rank 0, without judging it.
+
+        Returns the dump's path on rank 0 and None elsewhere; the options are ``judge``'s. The step's
+        record is cleared afterwards, as by ``judge``.
+        """
+        outcome = self._gathered(model, optimizer, scaler, reducer, reduction_dtype, objective, normalizer,
+                                 description, path, judge=False)
+        assert outcome is None or isinstance(outcome, str)
+        return outcome
+
     def judge(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
-              reducer: Optional[str] = None, reduction_dtype: Optional[str] = None,
-              description: Optional[str] = None, path: Optional[str] = None) -> Verdict:
+              reducer: Optional[str] = None, reduction_dtype: Optional[str] = None, objective: Optional[str] = None,
+              normalizer: Optional[Number] = None, description: Optional[str] = None,
+              path: Optional[str] = None) -> Verdict:
         """Collective: gathers every rank's part, writes the dump on rank 0, runs normcheck, returns its verdict.
 
-        Call it right after the step's synchronizing backward (after ``scaler.unscale_``, before
-        clipping), on every rank. ``model``: the DDP-wrapped model, whose communication hook names the
-        reducer and the reduction's dtype (torch's allreduce_hook, fp16_compress_hook and
-        bf16_compress_hook are known); for an unknown hook, or without ``model``, the reducer is inferred
-        by comparing each rank's local p gradient with the reduced one. ``reducer`` and
-        ``reduction_dtype`` override both. ``optimizer`` (one or a list) is checked to hold no p;
-        ``scaler``, a GradScaler whose scale p.grad still carries. Afterwards p.grad is None, so an
-        optimizer or clipping that still sees p leaves it alone. Misuse raises ``ProbeError`` on every
-        rank; an executable that cannot run raises ``NormcheckError``.
+        Call it on every rank once the step's gradient is final: after the synchronizing backward,
+        and, since the probe keeps its own copy of p.grad, just as well after clipping or after
+        ``optimizer.step()``. ``model``: the DDP-wrapped model (by default the one the probe saw run
+        the module), whose communication hook names the reducer and the reduction's dtype (torch's
+        allreduce_hook, fp16_compress_hook and bf16_compress_hook are known); for another hook, or
+        without DDP, the reducer is inferred by comparing each rank's local gradient of p with the
+        reduced one. ``reducer`` and ``reduction_dtype`` override both. ``objective`` and
+        ``normalizer`` override the probe's for this step. ``optimizer`` (one or a list) is checked to
+        hold no probe parameter; ``scaler``, a GradScaler whose scale p.grad still carries (before its
+        ``update()``). Misuse raises ``ProbeError`` on every rank; an executable that cannot run
+        raises ``NormcheckError``.
         """
+        outcome = self._gathered(model, optimizer, scaler, reducer, reduction_dtype, objective, normalizer,
+                                 description, path, judge=True)
+        assert isinstance(outcome, Verdict)
+        return outcome
+
+    def _gathered(self, model: Optional[nn.Module], optimizer: Any, scaler: Any, reducer: Optional[str],
+                  reduction_dtype: Optional[str], objective: Optional[str], normalizer: Optional[Number],
+                  description: Optional[str], path: Optional[str], judge: bool) -> Union[Verdict, str, None]:
         if reducer not in (None, "mean", "sum"):
             raise ValueError(f"reducer is 'mean' or 'sum', not {reducer!r}")
+        if objective is None:
+            objective, normalizer = self.objective, normalizer if normalizer is not None else self.normalizer
+        self._check_objective(objective, normalizer)
         part = self._local_part(model, optimizer, scaler, reducer, reduction_dtype)
-        distributed = dist.is_available() and dist.is_initialized()
+        distributed = _distributed()
         rank = dist.get_rank() if distributed else 0
         parts: Optional[List[Any]] = [part]
         if distributed:
@@ -738,11 +1066,17 @@ class Probe:
         if rank == 0:
             assert parts is not None
             try:
-                document, _ = self._document(parts, description)
+                if len(parts) != self.world_size:
+                    raise ProbeError(f"the probe was built for W = {self.world_size}, the step ran on {len(parts)} "
+                                     "ranks: construct it after init_process_group, or pass world_size=")
+                document = self._document(parts, description, objective, normalizer)
                 target = self._output_path(path)
                 dump.write(target, document)
-                verdicts = run_check(target, executable=self.executable, require_gate=True)
-                outcome = verdicts[0]
+                if judge:
+                    verdict = run_check(target, executable=self.executable, require_gate=True)[0]
+                    outcome = verdict.with_notes(parts[0]["notes"])
+                else:
+                    outcome = target
             except (ProbeError, NormcheckError) as e:
                 outcome = e
             except Exception as e:  # anything else: every rank must still hear of it
@@ -750,12 +1084,11 @@ class Probe:
         if distributed:
             box = [outcome]
             dist.broadcast_object_list(box, src=0)
-            outcome = box[0]
+            outcome = box[0] if judge or isinstance(box[0], Exception) else (outcome if rank == 0 else None)
         self._reset()
-        self._plan = None  # a plan is made for one step's counts
         if isinstance(outcome, Exception):
             raise outcome
-        return outcome
+        return outcome  # type: ignore[no-any-return]
 
     def check(self, model: Optional[nn.Module] = None, **options: Any) -> Verdict:
         """``judge``, raising ``NormcheckFailure`` (an AssertionError holding the diagnosis) unless it passes."""
@@ -763,9 +1096,3 @@ class Probe:
         if not verdict.passed:
             raise NormcheckFailure(verdict.message, [verdict])
         return verdict
-
-    @property
-    def suggestion(self) -> Optional[Suggestion]:
-        """The last ``plan``'s suggestion, or None when the default values are in use."""
-        return self._suggestion
-
