@@ -583,9 +583,6 @@ def f(numerator: Any, *denominators: Any) -> Fraction:
     return result
 
 
-WEIGHTED_SEQUENCES = ("the reader rejects the weights beside sequences that the format allows: {\"sequences\": "
-                      "[[w, …]]} beside a rank's targets is a schema_error (weights must be an array), beside "
-                      "microbatches a parse_error after the first microbatch's sequences")
 
 LOOPS: List[Loop] = [
     # -- correct loops: pass --
@@ -604,7 +601,7 @@ LOOPS: List[Loop] = [
     Loop("post_reduction_scale_correct", "torchtune scale_grads(W / N), probe capture='step'",
          post_reduction_scale_correct, lambda c, r, m, s: f(1, c.N), passes(), options={"capture": "step"}),
     Loop("weighted_mass", "class-weighted cross-entropy over the weight mass", weighted_mass,
-         lambda c, r, m, s: 1 / c.mass, passes(), patched=True, gs=(1, 2), known=WEIGHTED_SEQUENCES),
+         lambda c, r, m, s: 1 / c.mass, passes(), patched=True, gs=(1, 2)),
     Loop("empty_rank", "the global count with a rank that holds no label (G = 1) or an empty microbatch",
          global_count, lambda c, r, m, s: f(1, c.N), passes(), dataset="empty"),
     # -- one DDP group's named mistakes --
@@ -672,7 +669,7 @@ LOOPS: List[Loop] = [
          lambda c, r, m, s: f(len(c.n[r][m]), sum(len(rows) for rows in c.n[r]) * c.world_size * c.rm(r, m)),
          fails("sequence_share"), gs=(2, 4)),
     Loop("weighted_count", "class weights over the token count", weighted_count,
-         lambda c, r, m, s: f(1, c.N), fails("count_denominator"), patched=True, gs=(1, 2), known=WEIGHTED_SEQUENCES),
+         lambda c, r, m, s: f(1, c.N), fails("count_denominator"), patched=True, gs=(1, 2)),
     Loop("unexplained", "a factor no formula names", unexplained,
          lambda c, r, m, s: f(Fraction(8 + 3 * m + r, 8), 1, c.N), fails("unexplained"), gs=(2,)),
     Loop("per_row_mean_unseen", "per-sequence means where the probe sees only microbatches", per_row_mean_unseen,

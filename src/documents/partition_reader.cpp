@@ -198,12 +198,13 @@ private:
   void read_weights(rank_stats& rank, std::uint64_t tokens_offset, std::uint64_t weights_offset, bool accumulated) {
     field_reader tokens = json_.at(tokens_offset);
     field_reader weights = json_.at(weights_offset);
-    const std::string_view shape = accumulated ? "an array of weight arrays, one per microbatch" : "an array of weights";
-    if (weights.peek() != json_kind::array) weights.fail_type("weights", shape);
-    if (!accumulated) {
+    if (!accumulated) {  // one microbatch: a token array, or sequences (the weights shaped like them)
+      if (tokens.peek() != json_kind::object && weights.peek() != json_kind::array)
+        weights.fail_type("weights", "an array of weights");
       rank.microbatches.front() = read_weighted_microbatch(tokens, weights);
       return;
     }
+    if (weights.peek() != json_kind::array) weights.fail_type("weights", "an array of weight arrays, one per microbatch");
     tokens.begin_array();
     weights.begin_array();
     for (microbatch_stats& microbatch : rank.microbatches) {
@@ -268,6 +269,8 @@ private:
                    weights.value_offset());
     if (weights.next_member(weights_key))
       weights.fail_unknown_key(weights_key, "in the weights beside sequences (they have only \"sequences\")");
+    // The tokens' object was checked when it was first read: only its closing brace is left.
+    if (tokens.next_member(key)) tokens.fail_unknown_key(key, "in a microbatch of sequences");
     return make_sequenced_microbatch(std::move(sequences));
   }
 

@@ -266,6 +266,25 @@ TEST_CASE("weights are read beside their tokens under the weighted objective") {
   CHECK(update.ranks[1].mass() == normcheck::rational(2));
 }
 
+TEST_CASE("weighted sequences are read beside their tokens, in one microbatch and in several") {
+  constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
+  const std::string text = document(
+      R"("ranks": [{"targets": {"sequences": [[1, 2], [3]]}, "weights": {"sequences": [[1, 1], [2]]}}, )"
+      R"({"microbatches": [{"sequences": [[4]]}, {"sequences": [[5, null], []]}], )"
+      R"("weights": [{"sequences": [[3]]}, {"sequences": [[1, null], []]}]}])",
+      weighted);
+  const normcheck::partition_file file = normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
+  const normcheck::partition& update = file.update;
+  REQUIRE(update.ranks.size() == 2);
+  CHECK(update.group_count() == 5);
+  CHECK(update.ranks[0].weighted_target_sum() == normcheck::rational(9));   // 1·1 + 1·2 + 2·3
+  CHECK(update.ranks[1].weighted_target_sum() == normcheck::rational(17));  // 3·4 + 1·5
+  CHECK(rejection(document(R"("ranks": [{"targets": {"sequences": [[1]]}, "weights": [1]}])", weighted)) ==
+        "schema_error at 3:58");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1], "weights": {"sequences": [[1]]}}])", weighted)) ==
+        "schema_error at 3:41");
+}
+
 TEST_CASE("weights and the objective must agree, each rejection at its place") {
   constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
   CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, 2]}])")) == "schema_error at 3:44");
@@ -299,7 +318,7 @@ TEST_CASE("weights that sum to zero leave no objective") {
 TEST_CASE("observed values may be NaN or an infinity as float.hex() prints them; targets may not") {
   CHECK(rejection(document(two_ranks, R"("observed": {"per_rank": ["nan", "nan"], "dtype": "float32"})")) == "accepted");
   CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "-inf", "dtype": "float32"})")) == "accepted");
-  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "NaN", "dtype": "float32"})")) == "bad_number at 4:27");
+  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "NaN", "dtype": "float32"})")) == "bad_number at 4:28");
   CHECK(rejection(document(R"("ranks": [{"targets": ["nan"]}])")) == "bad_number at 3:26");
 }
 

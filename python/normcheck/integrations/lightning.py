@@ -1,0 +1,143 @@
+"""One optimizer step of a real Lightning ``Trainer``, judged by normcheck.
+
+    trainer = lightning.pytorch.Trainer(strategy="ddp", accelerator="cpu", devices=2,
+                                        accumulate_grad_batches=4, callbacks=[NormcheckCallback()])
+    trainer.fit(module, datamodule)   # raises NormcheckFailure, naming the mistake, when step 0 is wrong
+
+What the callback does, hook by hook:
+
+- ``setup`` (before the strategy wraps the module in DistributedDataParallel): puts the probe p on the
+  LightningModule, or on the submodule named by ``module=``, and routes p through that module's output
+  in the steps it does not judge (gradient 0), so that DDP finds p's gradient on every step;
+- ``on_fit_start`` (the optimizers exist): takes p out of every optimizer ``configure_optimizers``
+  built from ``self.parameters()``, so it is never updated and, since Lightning clips the parameters
+  of its optimizers, never clipped;
+- ``on_train_batch_start`` of the judged window's first batch: starts the probe's ``step()``, which
+  captures every cross-entropy of the window's ``training_step`` calls (the division by
+  ``accumulate_grad_batches`` Lightning applies to what ``training_step`` returns is measured with it);
+- ``on_before_optimizer_step`` (after the window's synchronizing backward, before Lightning's
+  clipping): judges the step, collectively on every rank;
+- ``on_exception``: ends the probe's step; ``on_train_end``: raises when the step was never reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import lightning.pytorch as pl
+from torch import nn
+from torch.optim import Optimizer
+
+from ..check import NormcheckFailure, Verdict
+from ..torch import Probe, ProbeError
+from ._shared import drop_from_optimizer, route_outside_step
+
+__all__ = ["NormcheckCallback", "drop_from_optimizer"]
+
+
+class NormcheckCallback(pl.Callback):
+    """A Lightning ``Callback`` that judges optimizer step ``step`` (counted from 0, as ``global_step``).
+
+    ``module``: the dotted name of the submodule to probe (default: the LightningModule itself); the
+    probe routes p through that module's forward, so name one that every ``training_step`` calls when
+    ``training_step`` does not call ``self(...)``. ``probe_factory(module)`` makes the probe (the
+    ``normcheck_gate`` fixture's ``probe``), else ``Probe(module, **probe_options)``.
+    ``raise_on_failure``: raise ``NormcheckFailure`` on every rank when the gate does not pass, else
+    keep the verdict in ``verdict``. ``judge_options`` go to ``Probe.judge``.
+    """
+
+    def __init__(self, *, step: int = 0, module: Optional[str] = None,
+                 probe_factory: Optional[Callable[[nn.Module], Probe]] = None,
+                 probe_options: Optional[Mapping[str, Any]] = None, raise_on_failure: bool = True,
+                 judge_options: Optional[Mapping[str, Any]] = None) -> None:
+        """Configures the callback; the probe is attached at ``setup``."""
+        if step < 0:
+            raise ValueError(f"step counts optimizer steps from 0, not {step}")
+        if probe_factory is not None and probe_options:
+            raise TypeError("pass either probe_factory= or probe_options=, not both")
+        self.step = step
+        self.module = module
+        self.probe_factory = probe_factory
+        self.probe_options: Dict[str, Any] = dict(probe_options or {})
+        self.raise_on_failure = raise_on_failure
+        self.judge_options: Dict[str, Any] = dict(judge_options or {})
+        self.probe: Optional[Probe] = None
+        """The probe, once attached (at ``setup``)."""
+        self.verdict: Optional[Verdict] = None
+        """The judged step's verdict, once judged."""
+        self.window: Optional[int] = None
+        """How many batches the judged window held (fewer than G in an epoch's short last window)."""
+        self.dropped_from_optimizer = 0
+        """How many parameter groups of the optimizers held p before the callback removed it."""
+        self._active: Optional[contextlib.ExitStack] = None
+        self._routing: Any = None
+
+    @property
+    def judged(self) -> bool:
+        """True once the step was judged."""
+        return self.verdict is not None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Attaches the probe before the strategy wraps the module."""
+        if stage != "fit" or self.probe is not None:
+            return
+        target: nn.Module = pl_module.get_submodule(self.module) if self.module else pl_module
+        if self.probe_factory is not None:
+            self.probe = self.probe_factory(target)
+        else:
+            self.probe = Probe(target, **self.probe_options)
+        self._routing = route_outside_step(self.probe, lambda: self._active is not None)
+
+    def _probe(self) -> Probe:
+        if self.probe is None:
+            raise ProbeError("the probe was not attached: NormcheckCallback judges Trainer.fit")
+        return self.probe
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Takes p out of every optimizer (``configure_optimizers`` saw it among ``self.parameters()``)."""
+        probe = self._probe()
+        optimizers: List[Optimizer] = list(trainer.optimizers)
+        self.dropped_from_optimizer = sum(drop_from_optimizer(o, probe) for o in optimizers)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        """At the first batch of the judged window: starts the probe's step; counts the window's batches."""
+        if self._active is not None:
+            self.window = (self.window or 0) + 1
+            return
+        if self.judged or trainer.global_step != self.step or batch_idx % trainer.accumulate_grad_batches != 0:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._probe().step())
+        self._active = stack
+        self.window = 1
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: Optimizer) -> None:
+        """After the window's synchronizing backward, before clipping: judges the step."""
+        if self._active is None:
+            return
+        self.close()
+        options = dict(self.judge_options)
+        options.setdefault("optimizer", list(trainer.optimizers))
+        self.verdict = self._probe().judge(trainer.strategy.model, **options)
+        if self.raise_on_failure and not self.verdict.passed:
+            raise NormcheckFailure(self.verdict.message, [self.verdict])
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Ends the probe's step when training raised inside the window."""
+        self.close()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Raises when training ended before the step was judged: a gate that judged nothing never passes."""
+        self.close()
+        if not self.judged:
+            raise ProbeError(f"training ended at step {trainer.global_step} before step {self.step} was judged: "
+                             "judge a step the run reaches (max_steps, the number of batches)")
+
+    def close(self) -> None:
+        """Ends the probe's step if it is still active."""
+        active, self._active = self._active, None
+        if active is not None:
+            active.close()

@@ -1,0 +1,101 @@
+"""TRL's ``GRPOTrainer`` on W = 2 ranks (gloo): a tiny model generates on CPU, and each ``loss_type`` is judged
+against the objective it declares, through ``normcheck.integrations.trl``.
+
+"grpo" averages each completion over its tokens, then the completions: the sequence mean. "dr_grpo"
+divides the token sum by a constant (B·L_max per microbatch, so W·G·B·L_max over the update). "dapo"
+divides by the generation batch's tokens over all ranks: the token mean. "dr_grpo" and "dapo" pass
+against their own objectives; "grpo" weighs every completion as the sequence mean does, and the gate
+still says inconclusive, since TRL gives every rank the same number of completions and a per-rank
+sequence count would weigh the same. Against another objective each fails, naming what it computed.
+Completions end at sampled end-of-sequence tokens, so their lengths differ and the objectives differ.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+import transformers  # imported before the ranks fork, so that they share them
+import trl
+
+from normcheck.integrations.trl import attach
+from normcheck.launch import launch
+
+from tiny import small_llama, tiny_tokenizer
+
+# variant: (loss_type, the objective judged against or None for the declared one, verdict, a name it must give)
+# "grpo" matches its objective group by group, but every rank holds B·G completions by construction, so a
+# per-rank sequence count (local_mean) weighs exactly the same on every step TRL can run: the gate says
+# inconclusive and names only that, never pass (a name is matched as a part of the diagnosis' names,
+# which say of which objective a per-rank mean is taken, e.g. "local_mean(sequence_mean)").
+EXPECTED: Dict[str, Tuple[str, Optional[str], str, Optional[str]]] = {
+    "grpo": ("grpo", None, "inconclusive", "local_mean"),
+    "dr_grpo": ("dr_grpo", None, "pass", None),
+    "dapo": ("dapo", None, "pass", None),
+    "grpo-as-token_mean": ("grpo", "token_mean", "fail", "sequence_mean"),
+    "dapo-as-sequence_mean": ("dapo", "sequence_mean", "fail", "token_mean"),
+    # B·L_max per microbatch counts every position a completion could have held: padding, against the token mean.
+    "dr_grpo-as-token_mean": ("dr_grpo", "token_mean", "fail", "count_padding"),
+}
+PROMPTS = ["a b", "c d a", "b b c", "d", "a", "c c", "d b a", "b"]
+
+
+def reward(completions: List[str], **kwargs: Any) -> List[float]:
+    """Longer completions score higher (any reward will do: the probe measures weights, not advantages)."""
+    return [float(len(c)) for c in completions]
+
+
+def grpo_step(rank: int, world_size: int, probe: Any, folder: str) -> Dict[str, Any]:
+    """Every variant, each its own model and GRPOTrainer; the verdicts."""
+    from datasets import Dataset
+
+    transformers.logging.set_verbosity_error()
+    tokenizer = tiny_tokenizer()
+    results: Dict[str, Any] = {}
+    for name, (loss_type, objective, _, _) in EXPECTED.items():
+        try:
+            args = trl.GRPOConfig(
+                output_dir=os.path.join(folder, name, str(rank)), per_device_train_batch_size=4,
+                gradient_accumulation_steps=2, num_generations=4, max_completion_length=8, max_steps=1,
+                use_cpu=True, report_to="none", logging_strategy="no", save_strategy="no", disable_tqdm=True,
+                loss_type=loss_type, seed=0, learning_rate=1e-2)
+            trainer = trl.GRPOTrainer(model=small_llama(len(tokenizer)), reward_funcs=reward, args=args,
+                                      train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+                                      processing_class=tokenizer)
+            callback = attach(trainer, probe=probe(trainer.model), raise_on_failure=False, objective=objective)
+            trainer.train()
+            verdict = callback.verdict
+            rows = verdict.report.get("gate", {}).get("weights", {}).get("rows", [])
+            results[name] = {"verdict": verdict.verdict, "diagnosis": list(verdict.diagnosis),
+                             "could_hide": list(verdict.could_hide), "message": verdict.message,
+                             "rows": len(rows), "rows_within": sum(1 for r in rows if r.get("within_bound"))}
+        except Exception as e:  # reported per variant; both ranks raise alike
+            results[name] = {"error": f"{type(e).__name__}: {e}"}
+    return results
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: Any) -> List[Dict[str, Any]]:
+    """Both ranks' results of every variant (one launch)."""
+    folder = tmp_path_factory.mktemp("grpo")
+    return launch(grpo_step, 2, args=(str(folder),), timeout=600, directory=str(folder / "dumps"))
+
+
+@pytest.mark.parametrize("variant", list(EXPECTED))
+def test_grpo_loss_type_verdict(ranks: List[Dict[str, Any]], variant: str) -> None:
+    results = [rank[variant] for rank in ranks]
+    for result in results:
+        assert "error" not in result, result["error"]
+    first = results[0]
+    assert [r["verdict"] for r in results] == [first["verdict"]] * 2
+    _, _, verdict, name = EXPECTED[variant]
+    assert first["verdict"] == verdict, first["message"]
+    assert first["rows"] > 0, "the dump has a weight table (one row per completion)"
+    if verdict == "pass":
+        assert first["rows_within"] == first["rows"], first["message"]
+    elif verdict == "inconclusive":
+        assert first["rows_within"] == first["rows"], "every completion weighs what the objective gives it"
+        assert first["could_hide"] == [name], first["message"]
+    else:
+        assert name is not None and any(name in n for n in first["diagnosis"]), first["message"]
