@@ -40,6 +40,13 @@ std::string verdict_alternatives() { return verdict_names.alternatives(); }
 
 namespace {
 
+std::vector<std::string> names_of(const std::vector<explanation>& explanations) {
+  std::vector<std::string> names;
+  for (const explanation& e : explanations) names.push_back(e.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // The gate on a per-group measurement: replica agreement on the vectors, the denominators, then the weight
 // table group by group (the top-level probe and every site), fitted where it differs from the objective's.
 gate_result run_group_gate(const partition& update, const observed_result& observed) {
@@ -83,16 +90,25 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
     if (site.from_per_rank) judged.replica_difference = replica_difference(site);
     judged.judgement = judge_groups(update, site, bounds);
   }
+  // A site is judged against p, not only against the objective: when the loss itself is normalized wrong,
+  // every module carries p's wrong table, and that is one mistake (the objective check's), not one per module.
+  const auto differs_from_p = [&](const site_result& site) {
+    if (site.replica_difference) return true;
+    if (site.judgement.matches_objective != judgement.matches_objective) return true;
+    return !judgement.matches_objective && names_of(site.judgement.diagnosis) != names_of(judgement.diagnosis);
+  };
+  for (site_result& site : result.sites) site.as_p = !differs_from_p(site);
   if (!result.sites.empty()) {
     gate_check sites{"sites", true, ""};
     std::vector<std::string> differing;
     for (const site_result& site : result.sites)
-      if (site.replica_difference || !site.judgement.matches_objective) differing.push_back(printable(site.name));
+      if (!site.as_p) differing.push_back(printable(site.name));
     sites.passed = differing.empty() || !resolvable;
+    const std::string as = judgement.matches_objective ? "as the objective does" : "as p does";
     sites.detail = differing.empty()
-                       ? "all " + std::to_string(result.sites.size()) + " sites weigh every group as the objective does"
+                       ? "all " + std::to_string(result.sites.size()) + " sites weigh every group " + as
                        : std::to_string(differing.size()) + " of " + std::to_string(result.sites.size()) +
-                             " sites weigh the groups otherwise: " + join(differing, "") +
+                             " sites weigh the groups otherwise than p: " + join(differing, "") +
                              "; a gradient hook, a per-module wrapper or a parameter group treats these modules' "
                              "gradients differently";
     result.checks.push_back(std::move(sites));
@@ -113,7 +129,7 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
   result.could_hide = judgement.could_hide;
   // A site that weighs the groups otherwise is named with what fits its own table: "head: objective/G".
   for (const site_result& site : result.sites) {
-    if (!resolvable || (!site.replica_difference && site.judgement.matches_objective)) continue;
+    if (!resolvable || site.as_p || (!site.replica_difference && site.judgement.matches_objective)) continue;
     for (const explanation& e : site.judgement.diagnosis) {
       explanation named = e;
       named.name = site.name + ": " + e.name;

@@ -487,9 +487,10 @@ void gate_section::print_text(std::ostream& out, const partition_file&, const gr
   if (gate.groups) print_weights(out, gate.groups->rows, "        ");
   for (const site_result& site : gate.sites) {
     const bool agrees = !site.replica_difference && site.judgement.matches_objective;
-    out << "        site " << printable(site.name) << ": " << (agrees ? "weighs every group as the objective does" : "differs")
+    out << "        site " << printable(site.name) << ": "
+        << (agrees ? "weighs every group as the objective does" : site.as_p ? "weighs every group as p does" : "differs")
         << "\n";
-    if (agrees) continue;
+    if (agrees || site.as_p) continue;
     if (site.replica_difference) out << "          " << shorten(*site.replica_difference, 400) << "\n";
     out << "          " << shorten(site.judgement.detail, 400) << "\n";
     print_explanations(out, "  diagnosis:", site.judgement.diagnosis);
@@ -556,7 +557,7 @@ std::optional<std::string> gate_section::failure_summary() const {
   if (!names.empty()) message += gate.verdict == gate_verdict::fail ? ": diagnosed as " + names : ": could hide " + names;
   else if (gate.ratio) message += ": unexplained, observed/objective = " + to_string(*gate.ratio);
   for (const site_result& site : gate.sites)
-    if (site.replica_difference || !site.judgement.matches_objective) {
+    if (!site.as_p && (site.replica_difference || !site.judgement.matches_objective)) {
       const std::string site_names = join(names_of(site.judgement.diagnosis));
       message += "; site " + printable(site.name) + (site_names.empty() ? " differs" : " diagnosed as " + site_names);
     }

@@ -114,6 +114,21 @@ def readme(normcheck, root):
         print(f"FAIL: the README's dump example gives exit {checked.returncode}, verdict {gate.get('verdict')}, "
               f"diagnosis {names}; the README says fail with local_mean")
         failures += 1
+    # Excerpts of the weight table a real run wrote into docs/python.md (a DDP test keeps that block equal
+    # to the run's output): every excerpted line must be one of the block's.
+    with open(os.path.join(root, "docs", "python.md"), encoding="utf-8") as f:
+        run = re.search(r"<!-- weight table of [^>]*: begin -->\n```\n(.*?)```", f.read(), re.S)
+    run_lines = set(run.group(1).splitlines()) if run else set()
+    for page in (readme_path, os.path.join(root, "docs", "gate.md")):
+        with open(page, encoding="utf-8") as f:
+            excerpts = re.findall(r"<!-- excerpt of the weight table in docs/python.md -->\n```\n(.*?)```", f.read(), re.S)
+        if not excerpts:
+            print(f"FAIL {os.path.relpath(page, root)}: no excerpt of the real run's weight table")
+            failures += 1
+        for line in (line for block in excerpts for line in block.splitlines()):
+            if line not in run_lines:
+                print(f"FAIL {os.path.relpath(page, root)}: the excerpt line {line!r} is not in docs/python.md's run")
+                failures += 1
     print(f"README.md: {lines} lines; links checked in README.md and docs/")
     return failures
 

@@ -235,6 +235,12 @@ def main():
                                      sites=[("body", lambda r, m, g, n: F(W, N)),
                                             ("head", lambda r, m, g, n: F(W, N * 3))],
                                      expect=("fail", ["head: objective/G"])))
+    # The loss itself normalized per rank: every module carries p's table, which is one mistake, not one per site.
+    write("sites_as_p", u.document("each rank's own mean, seen alike by p and by the probes in two modules",
+                                   lambda r, m, g, n: F(1, u.n_r(r)), witness=False,
+                                   sites=[("body", lambda r, m, g, n: F(1, u.n_r(r))),
+                                          ("head", lambda r, m, g, n: F(1, u.n_r(r)))],
+                                   expect=("fail", ["local_mean"])))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ struct site_result {
   std::string name;
   std::optional<std::string> replica_difference;  ///< set when the ranks' vectors differ
   group_judgement judgement;
+  bool as_p = false;  ///< it weighs the groups as the top-level probe does (the same fit, or both the objective)
 };
 
 /// Everything the gate found for one file.
