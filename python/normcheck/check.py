@@ -481,9 +481,38 @@ def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optiona
         raise NormcheckError(f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()[:2000]}")
     result = _json_output(done, command)
     reports = result.get("reports", [])
+    if not isinstance(reports, list) or not all(_well_shaped(report) for report in reports):
+        raise NormcheckError(f"{' '.join(command)} printed a report that is not shaped as normcheck-report/1 "
+                             f"(exit {done.returncode}): {done.stdout.strip()[:2000]}")
     if not reports:
         raise NormcheckError(f"nothing to check: {' '.join(files)} holds no file normcheck reads")
+    statuses = [report.get("status") for report in reports]
+    agreed = 2 if "error" in statuses else 1 if "fail" in statuses else 0
+    if done.returncode != agreed:
+        raise NormcheckError(f"{' '.join(command)} exited with {done.returncode}, but its report says "
+                             f"{', '.join(str(s) for s in statuses)}, which is exit {agreed}: the two disagree, so "
+                             f"neither is trusted: {done.stderr.strip()[:2000]}")
     return [_verdict(report, require_gate) for report in reports]
+
+
+def _well_shaped(report: Any) -> bool:
+    """Whether one report has the shape ``_verdict`` and ``describe`` read: objects and lists where expected."""
+    if not isinstance(report, dict) or report.get("status") not in ("pass", "fail", "error"):
+        return False
+    if not isinstance(report.get("failures", []), list) or not isinstance(report.get("error") or {}, dict):
+        return False
+    gate = report.get("gate")
+    if gate is None:
+        return True
+    if not isinstance(gate, dict) or not isinstance(gate.get("checks", []), list):
+        return False
+    if not all(isinstance(check, dict) for check in gate.get("checks", [])):
+        return False
+    for key in ("diagnosis", "could_hide"):
+        entries = gate.get(key, [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return False
+    return True
 
 
 def assert_passes(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optional[PathLike] = None,
@@ -496,6 +525,15 @@ def assert_passes(paths: Union[PathLike, Sequence[PathLike]], *, executable: Opt
     return verdicts
 
 
+def _count(value: Any) -> int:
+    """A valid-token count as given, refused unless it is a non-negative integer (never 2.7 → 2 or True → 1)."""
+    if hasattr(value, "item") and not isinstance(value, int):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"counts: each count is a non-negative integer, not {value!r}")
+    return value
+
+
 def suggest_for_counts(counts: Sequence[Sequence[int]], *, dtype: str = "float32", objective: Optional[str] = None,
                        executable: Optional[PathLike] = None, timeout: float = 120.0) -> Suggestion:
     """Runs ``normcheck suggest --counts FILE --json`` for rank → microbatch → valid-token counts.
@@ -504,8 +542,8 @@ def suggest_for_counts(counts: Sequence[Sequence[int]], *, dtype: str = "float32
     cannot be told from the objective on these counts (``inseparable`` names them); the gate then
     concludes ``inconclusive`` on such a step, never ``pass``.
     """
-    table = [[int(n) for n in rank] for rank in counts]
-    if not table or any(n < 0 for rank in table for n in rank):
+    table = [[_count(n) for n in rank] for rank in counts]
+    if not table:
         raise ValueError("counts: one list of non-negative counts per rank, at least one rank")
     program = find_executable(executable)
     with tempfile.TemporaryDirectory(prefix="normcheck-counts-") as folder:

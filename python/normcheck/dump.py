@@ -13,12 +13,14 @@ Standard library only, except ``dump_update``, which gathers the ranks' parts th
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import secrets
 import stat
 import time
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -39,12 +41,43 @@ Literal = Union[int, str]
 
 
 def exact(value: Any) -> str:
-    """The exact text of a float value as ``float.hex()`` prints it; 'nan', 'inf' and '-inf' when not finite."""
-    if hasattr(value, "item"):
+    """The exact text of a number: ``float.hex()`` of a float ('nan', 'inf', '-inf' when not finite).
+
+    An int, ``Fraction`` or ``Decimal`` is written as its ``float.hex()`` text only when a float holds it
+    exactly, otherwise as the integer, ``"p/q"`` or decimal it is: nothing is rounded through a float. A
+    string is taken as the exact literal the caller wrote (normcheck reads it, or rejects it). A tensor or
+    NumPy scalar is read with ``item()``. A boolean, or any other type, is refused (TypeError).
+    """
+    if hasattr(value, "item") and not isinstance(value, (int, float, Fraction, Decimal, str)):
         value = value.item()
     if isinstance(value, bool):
         raise TypeError("a boolean is not a number")
-    return float(value).hex()
+    if isinstance(value, float):
+        return value.hex()
+    if isinstance(value, str):
+        if not value or value != value.strip():
+            raise ValueError(f"{value!r} is not an exact literal (empty, or with spaces around it)")
+        return value
+    if isinstance(value, Decimal):
+        if value.is_nan():
+            if value.is_snan():
+                raise ValueError("a signalling NaN is not a value a program held")
+            return "nan"
+        if value.is_infinite():
+            return "-inf" if value < 0 else "inf"
+        value = Fraction(value)
+    if isinstance(value, int):
+        value = Fraction(value)
+    if isinstance(value, Fraction):
+        try:
+            as_float = float(value)
+        except OverflowError:
+            as_float = math.inf
+        if math.isfinite(as_float) and Fraction(as_float) == value:
+            return as_float.hex()
+        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    raise TypeError(f"{type(value).__name__} is not an exact number (int, float, Fraction, Decimal or a literal "
+                    "string)")
 
 
 def literal(value: Any, *, finite: bool = True) -> Literal:
@@ -375,16 +408,41 @@ def render(document: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def write_atomically(path: Union[str, "os.PathLike[str]"], text: Union[str, bytes], pause_mid_write: float = 0.0) -> None:
+def _write_through(path: str, data: bytes, wait_for_reader: float) -> None:
+    """Writes ``data`` through a device or FIFO, waiting at most ``wait_for_reader`` seconds for a FIFO's reader."""
+    deadline = time.monotonic() + wait_for_reader
+    while True:
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(errno.ETIMEDOUT, f"{path} is a FIFO (or socket) that no process opened for "
+                                   f"reading within {wait_for_reader:g} s: nothing was written") from None
+            time.sleep(0.01)
+    try:
+        os.set_blocking(descriptor, True)  # a reader is there: write it all
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view):]
+    finally:
+        os.close(descriptor)
+
+
+def write_atomically(path: Union[str, "os.PathLike[str]"], text: Union[str, bytes], pause_mid_write: float = 0.0,
+                     wait_for_reader: float = 10.0) -> None:
     """Writes ``text`` to ``path`` so that ``path`` never holds part of it.
 
     For a regular file or a path that does not exist yet, the text goes to a temporary in the same
     folder (named ``.NAME.PID.RANDOM.tmp``, which a scan for ``*.json`` skips), is flushed and fsynced,
     and is renamed over ``path`` with ``os.replace``; the folder is then fsynced so that the rename is
     durable. A symbolic link is followed and its target replaced the same way. A character device, a
-    FIFO or a socket is written through (never replaced by a regular file); a directory is an error.
-    ``pause_mid_write`` (seconds) sleeps with half of the text on disk: a way to interrupt a run inside
-    the write and see that nothing appears under the final name.
+    FIFO or a socket is written through (never replaced by a regular file); a FIFO that no process opens
+    for reading within ``wait_for_reader`` seconds is a ``TimeoutError`` (nothing written), never a hang.
+    A directory is an error. ``pause_mid_write`` (seconds) sleeps with half of the text on disk: a way to
+    interrupt a run inside the write and see that nothing appears under the final name.
     """
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     path = os.path.realpath(os.fspath(path))
@@ -395,8 +453,7 @@ def write_atomically(path: Union[str, "os.PathLike[str]"], text: Union[str, byte
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{path} is a directory")
     if mode is not None and not stat.S_ISREG(mode):
-        with open(path, "wb") as f:  # a device or a pipe: renaming over it would replace it
-            f.write(data)
+        _write_through(path, data, wait_for_reader)  # a device or a pipe: renaming over it would replace it
         return
     folder = os.path.dirname(path)
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -427,16 +484,17 @@ def write_atomically(path: Union[str, "os.PathLike[str]"], text: Union[str, byte
         os.close(descriptor)
 
 
-def write(path: Union[str, "os.PathLike[str]"], document: Mapping[str, Any], pause_mid_write: float = 0.0) -> None:
-    """Renders ``document`` and writes it to ``path`` atomically."""
-    write_atomically(path, render(document), pause_mid_write=pause_mid_write)
+def write(path: Union[str, "os.PathLike[str]"], document: Mapping[str, Any], pause_mid_write: float = 0.0,
+          wait_for_reader: float = 10.0) -> None:
+    """Renders ``document`` and writes it to ``path`` atomically (a FIFO: within ``wait_for_reader`` seconds)."""
+    write_atomically(path, render(document), pause_mid_write=pause_mid_write, wait_for_reader=wait_for_reader)
 
 
 # ---------------------------------------------------------------------------------------------------
 # One data-parallel update of a one-parameter model, gathered from every rank (examples/pytorch_ddp).
 
 def token_values(targets: Any, valid: Any) -> List[Optional[str]]:
-    """One microbatch as the program held it: each target's ``float.hex()`` text, None where not valid."""
+    """One microbatch as the program held it: each target's exact text (``exact``), None where not valid."""
     targets = targets.tolist() if hasattr(targets, "tolist") else list(targets)
     valid = valid.tolist() if hasattr(valid, "tolist") else list(valid)
     if len(targets) != len(valid):
@@ -455,7 +513,7 @@ def rank_part(microbatches: Sequence[Any], gradient: Any, counted_tokens: Option
     part: Dict[str, Any] = {
         "microbatches": [token_values(t, v) for t, v in microbatches],
         "gradient": exact(gradient),
-        "counted_tokens": None if counted_tokens is None else int(counted_tokens),
+        "counted_tokens": None if counted_tokens is None else _count(counted_tokens, "counted_tokens"),
     }
     if weights is not None:
         part["weights"] = [token_values(w, v) for w, (_, v) in zip(weights, microbatches)]

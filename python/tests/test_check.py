@@ -167,3 +167,46 @@ def test_suggest_for_counts_with_the_real_executable(executable):
     assert suggestion.separated and suggestion.inseparable == ()
     equal = check.suggest_for_counts([[4], [4]], executable=executable)
     assert not equal.separated and "local_mean" in equal.inseparable
+
+
+@pytest.mark.parametrize("report", [
+    {"reports": {"f.json": "pass"}},
+    {"reports": [["f.json", "pass"]]},
+    {"reports": [{"file": "f.json", "status": "pass", "gate": "pass"}]},
+    {"reports": [{"file": "f.json", "status": "pass", "gate": {"verdict": "pass", "diagnosis": "local_mean"}}]},
+    {"reports": [{"file": "f.json", "status": "pass", "gate": {"verdict": "pass", "checks": [["objective"]]}}]},
+    {"reports": [{"file": "f.json", "status": "error", "error": "bad"}]},
+    {"reports": [{"file": "f.json", "status": "maybe"}]},
+])
+def test_a_report_of_another_shape_is_an_error_not_an_attribute_error(tmp_path, report):
+    status = 2 if any(isinstance(r, dict) and r.get("status") == "error" for r in report["reports"]) else 0
+    program, _ = recording_executable(tmp_path, ":", report, status=status)
+    with pytest.raises(check.NormcheckError, match="shaped"):
+        check.run_check("f.json", executable=program)
+
+
+def test_a_report_that_disagrees_with_the_exit_status_is_not_trusted(tmp_path):
+    passing = {"reports": [{"file": "f.json", "status": "pass", "failures": [], "gate": {"verdict": "pass"}}]}
+    for status in (1, 2):
+        program, _ = recording_executable(tmp_path, ":", passing, status=status)
+        with pytest.raises(check.NormcheckError, match="disagree"):
+            check.run_check("f.json", executable=program)
+    failing = {"reports": [{"file": "f.json", "status": "fail", "failures": ["x"], "gate": {"verdict": "fail"}}]}
+    program, _ = recording_executable(tmp_path, ":", failing, status=0)
+    with pytest.raises(check.NormcheckError, match="disagree"):
+        check.run_check("f.json", executable=program)
+    program, _ = recording_executable(tmp_path, ":", passing, status=0)
+    assert check.run_check("f.json", executable=program)[0].passed
+
+
+def test_an_internal_error_of_the_executable_is_an_error(tmp_path):
+    crashed = fake(tmp_path, "normcheck", "echo 'normcheck: internal error: boom; please report it' >&2; exit 3\n")
+    with pytest.raises(check.NormcheckError, match="internal error"):
+        check.run_check("f.json", executable=crashed)
+
+
+def test_counts_for_suggest_are_integers_not_rounded_or_booleans(tmp_path):
+    program = fake(tmp_path, "normcheck", "exit 0\n")
+    for refused in ([[2.7]], [[True]], [[-1]], [["3"]]):
+        with pytest.raises(ValueError, match="non-negative integer"):
+            check.suggest_for_counts(refused, executable=program)

@@ -285,3 +285,75 @@ def test_a_float16_reduced_gradient_declared_float32_fails(tmp_path, executable)
                                    observed=dump.observed(dtype="float32", per_rank=[-1.6669921875] * 2)))
     report = run_check(executable, path)[str(path)]
     assert report["status"] == "fail" and report["gate"]["verdict"] == "fail"
+
+
+def test_exact_writes_every_number_exactly_or_refuses_it():
+    from decimal import Decimal
+
+    assert dump.exact(1.5) == "0x1.8000000000000p+0"
+    assert dump.exact(float("nan")) == "nan" and dump.exact(float("-inf")) == "-inf"
+    assert dump.exact(3) == (3.0).hex()  # held exactly by a float: its float.hex() text
+    assert dump.exact(2 ** 60) == float(2 ** 60).hex()
+    assert dump.exact(2 ** 53 + 1) == "9007199254740993"  # not a float: never rounded to 2**53
+    assert dump.exact(-(10 ** 400)) == "-1" + "0" * 400  # beyond every float
+    assert dump.exact(Fraction(1, 3)) == "1/3"
+    assert dump.exact(Fraction(3, 4)) == (0.75).hex()
+    assert dump.exact(Fraction(2 ** 53 + 1, 2)) == f"{2 ** 53 + 1}/2"
+    assert dump.exact("0.1") == "0.1"  # the literal as written, not the float nearest to it
+    assert dump.exact(Decimal("0.1")) == "1/10"
+    assert dump.exact(Decimal("NaN")) == "nan"
+    for refused in (True, None, object(), [1.0]):
+        with pytest.raises(TypeError):
+            dump.exact(refused)
+    for refused in ("", " 1", "1 "):
+        with pytest.raises(ValueError):
+            dump.exact(refused)
+    for value in (2 ** 53 + 1, Fraction(1, 3), "0.1", Decimal("2.5e-400"), 2.0 ** -1074):
+        assert exact_value(dump.exact(value)) == Fraction(value if not isinstance(value, str) else Fraction(value))
+
+
+def test_token_values_and_the_update_keep_large_integers_and_fractions(tmp_path, executable):
+    big = 2 ** 53 + 1
+    assert dump.token_values([big, Fraction(1, 3), "0.1", 0.5], [True, True, True, False]) == [
+        str(big), "1/3", "0.1", None]
+    part = dump.rank_part([([big, 1], [True, True])], gradient=Fraction(-1, 3), counted_tokens=2)
+    assert part["gradient"] == "-1/3" and part["microbatches"] == [[str(big), (1.0).hex()]]
+    document = dump.build_document([part, dump.rank_part([([2], [True])], gradient=Fraction(-1, 3), counted_tokens=1)],
+                                   reducer="mean", theta=Fraction(1, 7), dtype="exact", global_tokens=3)
+    assert document["theta"] == "1/7"
+    path = tmp_path / "big.json"
+    dump.write(path, document)
+    done = subprocess.run([executable, "check", "--json", str(path)], capture_output=True, text=True)
+    report = json.loads(done.stdout)["reports"][0]
+    assert report["theta"] == "1/7" and report["valid_tokens"] == 3
+    # (θ·n − Σy) per rank, exactly: rank 0 holds 2^53 + 1 and 1, which a float would have made 2^53 and 1.
+    assert report["ranks"][0]["loss_gradient_sum"] == str(Fraction(2, 7) - big - 1)
+
+
+def test_counts_are_refused_unless_they_are_non_negative_integers():
+    for refused in (2.7, True, -1, "3"):
+        with pytest.raises(ValueError):
+            dump.rank_part([([1], [True])], gradient=0.5, counted_tokens=refused)
+        with pytest.raises(ValueError):
+            dump.observed(dtype="float32", gradient=0.5, tokens_global=refused)
+    assert dump.rank_part([([1], [True])], gradient=0.5, counted_tokens=1)["counted_tokens"] == 1
+
+
+def test_a_fifo_nobody_reads_is_a_timeout_not_a_hang(tmp_path):
+    fifo = tmp_path / "unread"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def attempt():
+        try:
+            dump.write(fifo, dump.document([[[1]]]), wait_for_reader=0.2)
+            outcome.append("written")
+        except TimeoutError as e:
+            outcome.append(str(e))
+
+    writer = threading.Thread(target=attempt, daemon=True)
+    writer.start()
+    writer.join(30)
+    assert not writer.is_alive(), "dump.write blocked on a FIFO that nobody reads"
+    assert len(outcome) == 1 and "no process opened for reading" in outcome[0]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <thread>
 #include <system_error>
 #include <unistd.h>
@@ -26,6 +29,17 @@ std::string value_text(const std::optional<rational>& value) {
 
 constexpr std::string_view no_gate_result =
     "no observed result to judge: --require-gate wants every file to carry what training code produced";
+constexpr std::string_view no_gate_verdict =
+    "the gate judged nothing: the document was rejected (as it expects) before its observed result could be "
+    "judged, and --require-gate wants a verdict on what training code produced for every file, whatever it "
+    "expects";
+
+// Under --require-gate, a file passes only on the gate's own verdict: a rejection it expected is no verdict.
+void require_gate_verdict(file_report& report, std::string_view why) {
+  if (report.status != file_status::pass) return;
+  report.failures.emplace_back(why);
+  report.status = file_status::fail;
+}
 
 std::size_t index_of(strategy s) {
   return static_cast<std::size_t>(std::find(all_strategies.begin(), all_strategies.end(), s) - all_strategies.begin());
@@ -114,7 +128,9 @@ void judge_rejection(file_report& report, const error& e, std::string_view text,
                               (e.truncated() ? " (the document is cut off)" : ""));
 }
 
-file_report check_text(std::string_view text, std::string source, const check_options& options) {
+namespace {
+
+file_report check_by_kind(std::string_view text, std::string source, const check_options& options) {
   const document_kind kind = identify(text, options.limits);
   if (kind == document_kind::scenario) {
     file_report report = check_scenario(text, std::move(source), options);
@@ -132,6 +148,14 @@ file_report check_text(std::string_view text, std::string source, const check_op
     return report;
   }
   return check_partition(text, std::move(source), options);
+}
+
+}  // namespace
+
+file_report check_text(std::string_view text, std::string source, const check_options& options) {
+  file_report report = check_by_kind(text, std::move(source), options);
+  if (options.require_gate && report.rejection) require_gate_verdict(report, no_gate_verdict);
+  return report;
 }
 
 file_report check_path(const std::filesystem::path& path, const check_options& options) {
@@ -224,7 +248,26 @@ unsigned available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths) {
+bool is_report_document(const std::filesystem::path& path) {
+  // The format is the first member of every report normcheck writes: the head of the file tells.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat info {};
+  std::string head(4096, '\0');
+  ssize_t n = -1;
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) {
+    do n = ::read(fd, head.data(), head.size());
+    while (n < 0 && errno == EINTR);
+  }
+  ::close(fd);
+  if (n <= 0) return false;
+  head.resize(static_cast<std::size_t>(n));
+  const std::optional<std::string> format = declared_format(head);
+  return format && format->rfind(report_format_family, 0) == 0;
+}
+
+std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths,
+                                                  std::vector<std::filesystem::path>* skipped_reports) {
   namespace fs = std::filesystem;
   std::vector<fs::path> inputs;
   for (const fs::path& path : paths) {
@@ -238,7 +281,11 @@ std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesys
     for (; !ec && it != end; it.increment(ec)) {
       std::error_code type_ec;
       const bool directory = it->is_directory(type_ec);
-      if (it->path().extension() == ".json" && !directory) found.push_back(it->path());
+      if (it->path().extension() == ".json" && !directory) {
+        // A report of an earlier run in the folder is output, not input: set aside, and the caller says so.
+        if (skipped_reports && is_report_document(it->path())) skipped_reports->push_back(it->path());
+        else found.push_back(it->path());
+      }
       // A subdirectory the walk cannot enter is kept, so that its check reports it instead of its
       // files silently missing from the run.
       else if (directory && !it->is_symlink(type_ec) && ::access(it->path().c_str(), R_OK | X_OK) != 0)

@@ -7,7 +7,7 @@ namespace normcheck {
 namespace {
 
 void write_report_json(json_writer& json, const file_report& report) {
-  json.begin_object().member("file", report.file).member("kind", document_kind_name(report.kind)).member("status", status_name(report.status));
+  json.begin_object().member("file", json_name{report.file}).member("kind", document_kind_name(report.kind)).member("status", status_name(report.status));
   if (report.document) {
     const partition& update = report.document->update;
     json.member("world_size", update.world_size())

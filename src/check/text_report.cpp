@@ -16,8 +16,10 @@ void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
 
 void print_rejection(std::ostream& out, const file_report& report) {
   const error& e = *report.rejection;
-  if (report.status == file_status::pass) {
-    out << "PASS  " << escaped_name(report.file) << "\n      rejected as expected: " << printable(describe(e), true) << "\n";
+  if (report.status != file_status::error) {  // rejected as expected; a fail when that is no verdict (--require-gate)
+    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file)
+        << "\n      rejected as expected: " << printable(describe(e), true) << "\n";
+    print_lines(out, report.failures);
     return;
   }
   out << "ERROR " << printable(describe(e), true) << "\n";

@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "normcheck/check/check.hpp"
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/io/files.hpp"
 #include "normcheck/check/json_report.hpp"
 #include "normcheck/check/junit_report.hpp"
@@ -25,11 +26,20 @@ struct check_command_options {
 };
 
 outcome run_check(const check_command_options& options) {
+  std::vector<std::filesystem::path> reports_found;
   const std::vector<std::filesystem::path> inputs =
-      collect_inputs(std::vector<std::filesystem::path>(options.paths.begin(), options.paths.end()));
+      collect_inputs(std::vector<std::filesystem::path>(options.paths.begin(), options.paths.end()), &reports_found);
+  for (const std::filesystem::path& report : reports_found)
+    std::cerr << "normcheck: skipped " << escaped_name(report.string())
+              << ": a report normcheck wrote (format normcheck-report/…), not a document to check\n";
   // A gate that checked nothing must not pass.
   if (inputs.empty())
-    throw error(error_code::usage_error, "nothing to check: the directories given hold no *.json file");
+    throw error(error_code::usage_error,
+                reports_found.empty() ? std::string("nothing to check: the directories given hold no *.json file")
+                                      : "nothing to check: the directories given hold no *.json file but " +
+                                            std::to_string(reports_found.size()) + " report(s) normcheck wrote");
+  refuse_output_over_inputs("--output", options.output, inputs);
+  refuse_output_over_inputs("--junit", options.junit, inputs);
   const std::vector<file_report> reports =
       check_paths(inputs, options.checking, options.jobs, [&](const file_report& report) {
         if (!options.json) print_text(std::cout, report);

@@ -2,6 +2,8 @@
 // The subcommands of the normcheck executable. Each file src/cli/<name>_command.cpp registers one
 // subcommand; main.cpp registers them all and turns their outcome into the exit status.
 
+#include "exit_status.hpp"
+
 #include "normcheck/io/json_reader.hpp"
 
 #include <CLI/CLI.hpp>
@@ -9,13 +11,6 @@
 #include <functional>
 
 namespace normcheck::cli {
-
-/// What a command concluded; main.cpp alone maps it to an exit status.
-enum class outcome {
-  holds,         ///< everything checked holds (exit 0)
-  check_failed,  ///< a claim or check does not hold, or the verdict is inconclusive (exit 1)
-  rejected,      ///< input rejected or the command misused (exit 2)
-};
 
 /// The chosen command's work, set by its parse callback and run once parsing succeeded.
 using action = std::function<outcome()>;

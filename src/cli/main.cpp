@@ -2,6 +2,7 @@
 // errors to exit statuses in this one place.
 
 #include "commands.hpp"
+#include "exit_status.hpp"
 
 #include "normcheck/core/errors.hpp"
 #include "normcheck/version.hpp"
@@ -14,16 +15,6 @@
 #include <vector>
 
 namespace {
-
-/// The exit status of each outcome: 0 holds, 1 a check failed, 2 input rejected or misuse.
-int exit_status(normcheck::cli::outcome result) {
-  switch (result) {
-    case normcheck::cli::outcome::holds: return 0;
-    case normcheck::cli::outcome::check_failed: return 1;
-    case normcheck::cli::outcome::rejected: return 2;
-  }
-  return 2;
-}
 
 /// Whether the report reached standard output. SIGPIPE is ignored, so a reader that went away
 /// (`normcheck check cases | head -n 1`) shows up here as a failed write, and ends the run quietly.
@@ -97,6 +88,7 @@ bool before_parsing(const CLI::App& app, int argc, char** argv, int& status) {
 
 int main(int argc, char** argv) {
   using normcheck::cli::outcome;
+  using normcheck::cli::exit_status;
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"normcheck: exact verification of loss normalization in data-parallel training", "normcheck"};
   app.set_version_flag("--version", std::string("normcheck ") + normcheck::version);
@@ -118,14 +110,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? exit_status(outcome::holds) : exit_status(outcome::rejected);
   }
-  try {
-    const int status = exit_status(run ? run() : outcome::rejected);
-    return report_delivered() ? status : exit_status(outcome::rejected);
-  } catch (const normcheck::error& e) {
-    std::cerr << "normcheck: " << normcheck::describe(e) << "\n";
-    return exit_status(outcome::rejected);
-  } catch (const std::exception& e) {
-    std::cerr << "normcheck: internal error: " << e.what() << "\n";
-    return exit_status(outcome::rejected);
-  }
+  return normcheck::cli::run_mapped(
+      [&] {
+        const int status = exit_status(run ? run() : outcome::rejected);
+        return report_delivered() ? status : exit_status(outcome::rejected);
+      },
+      std::cerr);
 }

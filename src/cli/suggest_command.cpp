@@ -81,6 +81,7 @@ outcome run_suggest(const suggest_options& options) {
       throw error(error_code::usage_error,
                   "--counts chooses targets for the token mean; a weighted step's weights and a sequence objective's "
                   "sequences come from its data");
+    refuse_output_over_inputs("--output", options.output, {options.counts});
     const std::string source = options.counts == "-" ? std::string(standard_input_name) : options.counts;
     const update_counts counts = read_counts(load_file(options.counts), source);
     s = suggest_for_counts(counts, *type);

@@ -1,7 +1,9 @@
 #include "normcheck/core/exact_sum.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <deque>
 
 namespace normcheck {
 
@@ -171,46 +173,57 @@ integer to_integer(uint128 value) {
   return result;
 }
 
-// value · base^exponent for exponent >= 0, in place.
-void scale_up(integer& value, unsigned long base, std::int64_t exponent) {
-  if (exponent <= 0 || value == 0) return;
-  mpz_ptr z = value.backend().data();
-  if (base == 2) {
-    mpz_mul_2exp(z, z, static_cast<mp_bitcnt_t>(exponent));
-    return;
+// One integer at a scale: value · 2^exp2 · 5^exp5.
+struct scaled_integer {
+  integer value;
+  std::int64_t exp2 = 0;
+  std::int64_t exp5 = 0;
+};
+
+// The powers of 5 one sum needs, each computed once: the halves of a run of exponents differ by the same
+// few amounts.
+class powers_of_five {
+public:
+  const integer& operator()(std::int64_t exponent) {
+    for (const auto& [known, power] : powers_)
+      if (known == exponent) return power;
+    integer power;
+    mpz_ui_pow_ui(power.backend().data(), 5, static_cast<unsigned long>(exponent));
+    powers_.emplace_back(exponent, std::move(power));
+    return powers_.back().second;
   }
-  integer power;
-  mpz_ui_pow_ui(power.backend().data(), base, static_cast<unsigned long>(exponent));
-  mpz_mul(z, z, power.backend().data());
+
+private:
+  std::deque<std::pair<std::int64_t, integer>> powers_;  // a deque: references stay valid as it grows
+};
+
+// value · 2^a · 5^b for a, b ≥ 0, in place.
+void scale_up(integer& value, std::int64_t a, std::int64_t b, powers_of_five& fives) {
+  if (value == 0) return;
+  mpz_ptr z = value.backend().data();
+  if (b > 0) mpz_mul(z, z, fives(b).backend().data());
+  if (a > 0) mpz_mul_2exp(z, z, static_cast<mp_bitcnt_t>(a));
 }
 
-// A GMP sum at a common scale 2^exp2 · 5^exp5, lowered when a finer term arrives.
-struct common_scale_sum {
-  integer& sum;
-  std::int64_t& exp2;
-  std::int64_t& exp5;
-  bool& any;
-
-  void add(integer value, bool negative, std::int64_t term_exp2, std::int64_t term_exp5) {
-    if (!any) {
-      exp2 = term_exp2;
-      exp5 = term_exp5;
-      any = true;
-    }
-    if (term_exp2 < exp2) {
-      scale_up(sum, 2, exp2 - term_exp2);
-      exp2 = term_exp2;
-    }
-    if (term_exp5 < exp5) {
-      scale_up(sum, 5, exp5 - term_exp5);
-      exp5 = term_exp5;
-    }
-    scale_up(value, 2, term_exp2 - exp2);
-    scale_up(value, 5, term_exp5 - exp5);
-    if (negative) sum -= value;
-    else sum += value;
-  }
-};
+// The sum of terms[begin, end) (sorted by scale) at the smallest scale among them, each half summed on its
+// own first. Bringing a sum to a finer scale multiplies it by a power of 2 and 5 as large as the scales it
+// spans: added one by one from the coarsest, every step would pay for the whole span (quadratic in the
+// number of exponents); halving, each level of the recursion pays for the span once.
+scaled_integer sum_at_common_scale(std::vector<scaled_integer>& terms, std::size_t begin, std::size_t end,
+                                   powers_of_five& fives) {
+  if (end - begin == 1) return std::move(terms[begin]);
+  const std::size_t middle = begin + (end - begin) / 2;
+  scaled_integer low = sum_at_common_scale(terms, begin, middle, fives);
+  scaled_integer high = sum_at_common_scale(terms, middle, end, fives);
+  const std::int64_t exp2 = std::min(low.exp2, high.exp2);
+  const std::int64_t exp5 = std::min(low.exp5, high.exp5);
+  scale_up(low.value, low.exp2 - exp2, low.exp5 - exp5, fives);
+  scale_up(high.value, high.exp2 - exp2, high.exp5 - exp5, fives);
+  low.value += high.value;
+  low.exp2 = exp2;
+  low.exp5 = exp5;
+  return low;
+}
 
 }  // namespace
 
@@ -253,13 +266,54 @@ void exact_sum::add(const literal_parts& term) {
     fractions_.add(to_rational(term));
     return;
   }
-  common_scale_sum{scaled_, exp2_, exp5_, any_scaled_}.add(term.significand, term.negative, term.exp2, term.exp5);
+  if (term.significand == 0) return;
+  integer value = term.significand;
+  if (term.negative) value = -value;
+  large_.push_back({std::move(value), term.exp2, term.exp5});
+  if (large_.size() >= 2 * large_compacted_ + 64) large_compacted_ = compact_large();
+}
+
+// Scales compared in the order the final sum meets them.
+bool exact_sum::finer(std::int64_t a2, std::int64_t a5, std::int64_t b2, std::int64_t b5) noexcept {
+  return a2 != b2 ? a2 < b2 : a5 < b5;
 }
 
 void exact_sum::spill(const bucket& b) {
-  common_scale_sum target{scaled_, exp2_, exp5_, any_scaled_};
-  if (b.positive != 0) target.add(to_integer(b.positive), false, b.exp2, b.exp5);
-  if (b.negative != 0) target.add(to_integer(b.negative), true, b.exp2, b.exp5);
+  spilled_.push_back(b);
+  if (spilled_.size() >= 2 * spilled_compacted_ + 1024) spilled_compacted_ = compact(spilled_);
+}
+
+std::size_t exact_sum::compact(std::vector<bucket>& sums) {
+  // One bucket per scale: the sums of one scale hold fewer than 2^64 terms together, so they still fit.
+  std::sort(sums.begin(), sums.end(),
+            [](const bucket& a, const bucket& b) { return finer(a.exp2, a.exp5, b.exp2, b.exp5); });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    if (kept > 0 && sums[kept - 1].exp2 == sums[i].exp2 && sums[kept - 1].exp5 == sums[i].exp5) {
+      sums[kept - 1].positive += sums[i].positive;
+      sums[kept - 1].negative += sums[i].negative;
+    } else {
+      sums[kept++] = sums[i];
+    }
+  }
+  sums.resize(kept);
+  return kept;
+}
+
+std::size_t exact_sum::compact_large() {
+  std::sort(large_.begin(), large_.end(),
+            [](const large_term& a, const large_term& b) { return finer(a.exp2, a.exp5, b.exp2, b.exp5); });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < large_.size(); ++i) {
+    if (kept > 0 && large_[kept - 1].exp2 == large_[i].exp2 && large_[kept - 1].exp5 == large_[i].exp5)
+      large_[kept - 1].value += large_[i].value;
+    else if (kept != i)
+      large_[kept++] = std::move(large_[i]);
+    else
+      ++kept;
+  }
+  large_.resize(kept);
+  return kept;
 }
 
 void exact_sum::add(const rational& term) {
@@ -267,26 +321,35 @@ void exact_sum::add(const rational& term) {
 }
 
 rational exact_sum::value() const {
-  if (used_ == 0 && !any_scaled_ && fractions_.empty()) return rational(0);
-  integer sum = scaled_;
-  std::int64_t exp2 = exp2_;
-  std::int64_t exp5 = exp5_;
-  bool any = any_scaled_;
-  common_scale_sum total{sum, exp2, exp5, any};
-  for (std::size_t i = 0; i < bucket_count; ++i) {
-    if (!(used_ & (std::uint32_t{1} << i))) continue;
-    const bucket& b = buckets_[i];
-    if (b.positive != 0) total.add(to_integer(b.positive), false, b.exp2, b.exp5);
-    if (b.negative != 0) total.add(to_integer(b.negative), true, b.exp2, b.exp5);
+  if (used_ == 0 && spilled_.empty() && large_.empty() && fractions_.empty()) return rational(0);
+  // Every scale's machine sums, those still in the buckets with those spilled, one per scale.
+  std::vector<bucket> sums = spilled_;
+  for (std::size_t i = 0; i < bucket_count; ++i)
+    if (used_ & (std::uint32_t{1} << i)) sums.push_back(buckets_[i]);
+  compact(sums);
+  std::vector<scaled_integer> terms;
+  terms.reserve(sums.size() + large_.size());
+  for (const bucket& b : sums) {
+    integer sum = to_integer(b.positive);
+    sum -= to_integer(b.negative);
+    if (sum != 0) terms.push_back({std::move(sum), b.exp2, b.exp5});
   }
+  for (const large_term& term : large_)
+    if (term.value != 0) terms.push_back({term.value, term.exp2, term.exp5});
+  std::sort(terms.begin(), terms.end(), [](const scaled_integer& a, const scaled_integer& b) {
+    return finer(a.exp2, a.exp5, b.exp2, b.exp5);
+  });
+  rational total = fractions_.value();
+  if (terms.empty()) return total;
+  powers_of_five fives;
+  const scaled_integer sum = sum_at_common_scale(terms, 0, terms.size(), fives);
   literal_parts parts;
-  parts.negative = sum < 0;
-  parts.significand = abs(sum);
-  parts.exp2 = exp2;
-  parts.exp5 = exp5;
-  rational sum_total = fractions_.value();
-  sum_total += to_rational(parts);
-  return sum_total;
+  parts.negative = sum.value < 0;
+  parts.significand = abs(sum.value);
+  parts.exp2 = sum.exp2;
+  parts.exp5 = sum.exp5;
+  total += to_rational(parts);
+  return total;
 }
 
 void tree_sum::add(rational term) {

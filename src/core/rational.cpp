@@ -4,6 +4,7 @@
 #include "normcheck/core/utf8.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace normcheck {
 
@@ -234,6 +235,16 @@ rational to_rational(const literal_parts& parts) {
   mpq_ptr q = value.backend().data();
   mpq_set_num(q, num);
   mpq_set_den(q, den);
+  mpq_canonicalize(q);
+  return value;
+}
+
+rational fraction(const integer& numerator, const integer& denominator) {
+  if (denominator == 0) throw std::domain_error("fraction: a zero denominator");
+  rational value;
+  mpq_ptr q = value.backend().data();
+  mpz_set(mpq_numref(q), numerator.backend().data());
+  mpz_set(mpq_denref(q), denominator.backend().data());
   mpq_canonicalize(q);
   return value;
 }

@@ -2,6 +2,8 @@
 
 #include "normcheck/core/utf8.hpp"
 
+#include <algorithm>
+
 namespace normcheck {
 
 namespace {
@@ -138,6 +140,40 @@ error_code field_reader::expected_error() {
 
 void field_reader::fail_unknown_key(std::string_view key, std::string_view where_and_known) {
   fail(error_code::schema_error, "unknown key \"" + printable(key) + "\" " + std::string(where_and_known), key_offset());
+}
+
+bool members_seen::has(std::string_view key) const {
+  return std::find(keys_.begin(), keys_.end(), key) != keys_.end();
+}
+
+bool members_seen::has_all(const std::vector<std::string_view>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [&](std::string_view key) { return has(key); });
+}
+
+members_seen field_reader::read_members(const object_shape& shape) {
+  begin_object();
+  members_seen seen;
+  std::string_view key;
+  while (next_member(key)) {
+    const auto member = std::find_if(shape.members.begin(), shape.members.end(),
+                                     [&](const member_reader& m) { return m.key == key; });
+    if (member == shape.members.end()) fail_unknown_key(key, shape.unknown);
+    seen.keys_.push_back(member->key);
+    member->read(member->key);
+  }
+  return seen;
+}
+
+void field_reader::require(const object_shape& shape, const members_seen& seen, std::uint64_t object_offset) const {
+  for (const required_members& group : shape.required)
+    if (!seen.has_all(group.keys)) fail(error_code::schema_error, group.message, group.offset.value_or(object_offset));
+}
+
+members_seen field_reader::read_object(const object_shape& shape) {
+  const std::uint64_t offset = value_offset();
+  members_seen seen = read_members(shape);
+  require(shape, seen, offset);
+  return seen;
 }
 
 void field_reader::fail_unknown(std::string_view what, std::string_view spelled, std::string_view alternatives,

@@ -469,7 +469,7 @@ private:
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding), a compact group "
                             "{\"count\": n, \"value\": y}, or {\"sequences\": [[…], …]}");
     if (pool_) {
-      const std::optional<std::uint64_t> close = detail::token_array_end(text_, offset);
+      const std::optional<std::uint64_t> close = detail::token_array_end(json_, text_, offset);
       if (close && *close - offset >= parallel_array_bytes) {
         pooled_ticket_ = pool_->add(offset, *close);
         json_.skip_to(*close + 1);

@@ -10,7 +10,8 @@ bool is_whitespace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '
 
 }  // namespace
 
-std::optional<std::uint64_t> token_array_end(std::string_view text, std::uint64_t open) {
+std::optional<std::uint64_t> token_array_end(const json_reader& json, std::string_view text, std::uint64_t open) {
+  if (json.depth() >= json.limits().max_depth) return std::nullopt;
   // The first ']' after the '[' (memchr speed). It is the array's end exactly when the worker then reads
   // the text between as regular elements: a ']' inside a string, or a nested array or object, leaves an
   // irregular text behind, and the document is read again on one thread.

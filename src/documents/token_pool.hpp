@@ -11,6 +11,7 @@
 
 #include "normcheck/core/partition.hpp"
 #include "normcheck/core/rational.hpp"
+#include "normcheck/io/json_reader.hpp"
 
 #include <condition_variable>
 #include <cstdint>
@@ -23,9 +24,11 @@
 
 namespace normcheck::detail {
 
-/// Where the token array that starts at `open` (a '[') ends if it is regular: the offset of the first
-/// ']' after it (nothing when there is none). `read_regular_tokens` on the text between confirms it.
-std::optional<std::uint64_t> token_array_end(std::string_view text, std::uint64_t open);
+/// Where the token array that starts at `open` (a '[', the next value of `json`) ends if it is regular:
+/// the offset of the first ']' after it. Nothing when there is none, or when entering the array would nest
+/// deeper than `json`'s limit allows: that array is the reader's own, to reject it where it stands, as a
+/// read on one thread does. `read_regular_tokens` on the text between confirms the end.
+std::optional<std::uint64_t> token_array_end(const json_reader& json, std::string_view text, std::uint64_t open);
 
 /// Sums the elements of `body` (the text between a token array's brackets) into `builder`, accepting
 /// only regular elements (see above); false for anything else.

@@ -1,5 +1,7 @@
 #include "normcheck/gate/consistency.hpp"
 
+#include "normcheck/io/text.hpp"
+
 #include <algorithm>
 
 namespace normcheck {
@@ -27,11 +29,11 @@ std::string divisor_mistake(const partition& update, std::size_t r, std::size_t 
   const std::string n = weighted ? "mᵣ" : "nᵣ";
   if (divisor == rank.mass() && update.world_size() > 1)
     return "it is the rank's own " + std::string(weighted ? "weight mass" : "count") + " " + n + " = " +
-           to_string(rank.mass()) + ": counted right, but divided by its own " +
+           on_screen(rank.mass()) + ": counted right, but divided by its own " +
            (weighted ? "mass" : "count") + ", so every rank weighs the same whatever its " +
            (weighted ? "mass (local_mean)" : "count (local_mean)");
   if (divisor == microbatch.mass() && rank.microbatches.size() > 1)
-    return "it is the microbatch's own " + std::string(weighted ? "mass" : "count") + " " + to_string(microbatch.mass()) +
+    return "it is the microbatch's own " + std::string(weighted ? "mass" : "count") + " " + on_screen(microbatch.mass()) +
            ": every microbatch then weighs the same whatever its count (microbatch_mean)";
   if (!weighted && padding > 0 && divisor == rational(update.valid_tokens() + padding))
     return "it counts the " + std::to_string(padding) + " padding positions of the update (count_padding)";
@@ -53,8 +55,8 @@ void check_divisors(const partition& update, const observed_result& observed, st
       if (divisor == expected) continue;
       std::string problem = "rank " + std::to_string(r) +
                             (divisors.size() == 1 ? "" : ", microbatch " + std::to_string(m)) + " divided by " +
-                            to_string(divisor) + ", not by the update's " + (weighted ? "M = " : "N = ") +
-                            to_string(expected);
+                            on_screen(divisor) + ", not by the update's " + (weighted ? "M = " : "N = ") +
+                            on_screen(expected);
       const std::string mistake = divisor_mistake(update, r, m, divisor);
       problems.push_back(mistake.empty() ? problem : problem + ": " + mistake);
       if (divisors.size() == 1) break;
@@ -94,8 +96,8 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   std::vector<std::string> problems;
   check_divisors(update, observed, problems);
   if (observed.global_mass && *observed.global_mass != update.mass()) {
-    std::string problem = "the global mass is " + to_string(*observed.global_mass) + " but the update's weights sum to M = " +
-                          to_string(update.mass());
+    std::string problem = "the global mass is " + on_screen(*observed.global_mass) + " but the update's weights sum to M = " +
+                          on_screen(update.mass());
     if (*observed.global_mass == rational(update.valid_tokens()))
       problem += ": it is the valid-token count N, not the sum of the weights";
     else
@@ -109,8 +111,8 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   for (std::size_t r = 0; r < observed.rank_masses.size(); ++r) {
     const rational mass = update.ranks[r].mass();
     if (observed.rank_masses[r] == mass) continue;
-    problems.push_back("rank " + std::to_string(r) + " summed its weights to " + to_string(observed.rank_masses[r]) +
-                       " but they sum to " + to_string(mass));
+    problems.push_back("rank " + std::to_string(r) + " summed its weights to " + on_screen(observed.rank_masses[r]) +
+                       " but they sum to " + on_screen(mass));
   }
   const std::uint64_t valid_tokens = update.valid_tokens();
   if (observed.global_tokens && *observed.global_tokens != valid_tokens) {

@@ -40,6 +40,14 @@ observed_value read_observed_value(field_reader& in, std::string_view what) {
   return value;
 }
 
+// A number ≥ 0 the gate keeps (a divisor, a mass), counted against the document's digit budget.
+rational kept_non_negative(field_reader& in, std::string_view what) {
+  const std::uint64_t offset = in.value_offset();
+  rational value = in.non_negative(what);
+  in.keep(value, offset);
+  return value;
+}
+
 // A vector of observed values, one per group.
 std::vector<observed_value> read_observed_vector(field_reader& in, std::string_view what) {
   if (in.peek() != json_kind::array) in.fail_type(what, "an array with one value per group of the update");
@@ -293,8 +301,15 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
       observed.global_tokens = in.integer("observed.tokens.global", 0, most);
     } else if (key == "per_rank") {
       if (in.peek() != json_kind::array) in.fail_type("observed.tokens.per_rank", "an array of counts, one per rank");
+      const std::uint64_t list_offset = in.value_offset();
       in.begin_array();
-      while (in.next_element()) observed.rank_tokens.push_back(in.integer("each per-rank count", 0, most));
+      while (in.next_element()) {
+        const std::uint64_t offset = in.value_offset();
+        observed.rank_tokens.push_back(in.integer("each per-rank count", 0, most));
+        in.keep(rational(observed.rank_tokens.back()), offset);
+      }
+      if (observed.rank_tokens.empty())
+        in.fail(error_code::schema_error, "observed.tokens.per_rank must list every rank's count", list_offset);
     } else if (key == "divided_by") {
       if (in.peek() != json_kind::array)
         in.fail_type("observed.tokens.divided_by", "an array with one divisor per rank (a number, or one per microbatch)");
@@ -303,12 +318,14 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
       while (in.next_element()) {
         std::vector<rational>& divisors = observed.divided_by.emplace_back();
         if (in.peek() != json_kind::array) {
-          divisors.push_back(in.non_negative("each rank's divisor"));
+          divisors.push_back(kept_non_negative(in, "each rank's divisor"));
           continue;
         }
         in.begin_array();
-        while (in.next_element()) divisors.push_back(in.non_negative("each microbatch's divisor"));
+        while (in.next_element()) divisors.push_back(kept_non_negative(in, "each microbatch's divisor"));
       }
+      if (observed.divided_by.empty())
+        in.fail(error_code::schema_error, "observed.tokens.divided_by must list every rank's divisor", divided_by_offset_);
     } else {
       in.fail_unknown_key(key, "in observed.tokens (it has global, per_rank and divided_by)");
     }
@@ -321,11 +338,11 @@ void gate_section::read_mass(field_reader& in, observed_result& observed) {
   std::string_view key;
   while (in.next_member(key)) {
     if (key == "global") {
-      observed.global_mass = in.non_negative("observed.mass.global");
+      observed.global_mass = kept_non_negative(in, "observed.mass.global");
     } else if (key == "per_rank") {
       if (in.peek() != json_kind::array) in.fail_type("observed.mass.per_rank", "an array of masses, one per rank");
       in.begin_array();
-      while (in.next_element()) observed.rank_masses.push_back(in.non_negative("each per-rank mass"));
+      while (in.next_element()) observed.rank_masses.push_back(kept_non_negative(in, "each per-rank mass"));
     } else {
       in.fail_unknown_key(key, "in observed.mass (it has global and per_rank)");
     }

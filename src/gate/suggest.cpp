@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <stdexcept>
 
 namespace normcheck {
 
@@ -88,8 +89,7 @@ rational bounds_apart(const named_value& a, const named_value& b) {
 
 // The smallest separation over the pairs the gate must tell apart, skipping those the suggestion lists as
 // inseparable or ambiguous (no choice of targets can separate them).
-void measure(suggestion& s, const partition& update) {
-  const candidate_set set = candidates_of(update, s.type);
+void measure(suggestion& s, const candidate_set& set) {
   bool first = true;
   auto compare = [&](const named_value& a, const named_value& b, bool structural) {
     if (structural) return;
@@ -115,6 +115,8 @@ void measure(suggestion& s, const partition& update) {
     s.closest_pair = "none";
   }
 }
+
+void measure(suggestion& s, const partition& update) { measure(s, candidates_of(update, s.type)); }
 
 void measure(suggestion& s) {
   const partition update = to_partition(s.tokens);
@@ -144,41 +146,122 @@ partition with_values(const update_counts& counts, const std::vector<std::vector
   return update;
 }
 
+// What a strategy delivers for one unit sum (microbatch (r, m)'s targets summing to 1, every other sum 0) at
+// θ = 0, from the strategies' definitions (core/gradients.hpp): −1/N for the objective, −c·(1/W under the
+// mean reducer) with c the scale the strategy puts on the microbatch. Nothing where the strategy is
+// undefined on these counts. `structural_coincidences` checks these against `gradient` before use.
+std::optional<rational> unit_value(strategy s, const update_counts& counts, std::size_t r, std::size_t m,
+                                   std::uint64_t valid_tokens, const std::vector<std::uint64_t>& rank_tokens,
+                                   reducer_kind reducer) {
+  const rational world_size(counts.size());
+  rational scale;
+  switch (s) {
+    case strategy::global_mean: return rational(-1) / valid_tokens;
+    case strategy::local_mean:
+      if (rank_tokens[r] == 0) return std::nullopt;
+      scale = rational(1) / rank_tokens[r];
+      break;
+    case strategy::local_sum: scale = 1; break;
+    case strategy::scaled_sum: scale = world_size / valid_tokens; break;
+    case strategy::global_share: scale = rational(1) / valid_tokens; break;
+    case strategy::microbatch_mean:
+      if (counts[r][m] == 0) return std::nullopt;
+      scale = rational(1) / (rational(counts[r][m]) * counts[r].size());
+      break;
+  }
+  if (reducer == reducer_kind::mean) scale /= world_size;
+  rational value = -scale;
+  return value;
+}
+
 // Which mistakes coincide with the objective, and which wrong strategies with each other, for every choice
 // of targets. At θ = 0 every value is linear in the microbatches' target sums, so two candidates coincide
-// everywhere exactly when they agree on each unit sum (one microbatch's sum 1, every other 0).
+// everywhere exactly when they agree on each unit sum (one microbatch's sum 1, every other 0). A strategy's
+// value on each unit sum follows from its definition (`unit_value`), in one pass over the microbatches;
+// the other mistakes are the objective times a factor other than 1, never equal to it (N > 0), which
+// `suggest_for_counts` confirms on the targets it tries. Linear in the microbatches.
 void structural_coincidences(const update_counts& counts, suggestion& s) {
-  std::vector<std::vector<rational>> values;
-  for (const std::vector<std::uint64_t>& rank : counts) values.emplace_back(rank.size(), rational(0));
-  std::vector<std::string> names;
-  std::vector<bool> strategies;
-  std::vector<std::vector<rational>> profiles;  // per candidate, its value on each unit sum
+  std::uint64_t valid_tokens = 0;
+  std::vector<std::uint64_t> rank_tokens;
+  for (const std::vector<std::uint64_t>& rank : counts) {
+    std::uint64_t total = 0;
+    for (std::uint64_t n : rank) total += n;
+    rank_tokens.push_back(total);
+    valid_tokens += total;
+  }
+  std::vector<std::vector<rational>> zeros;
+  for (const std::vector<std::uint64_t>& rank : counts) zeros.emplace_back(rank.size(), rational(0));
+  const partition shape = with_values(counts, zeros);
+  // The strategies among the candidates, in the candidates' order.
+  std::vector<strategy> strategies;
+  for (const named_value& mistake : candidates_of(shape, dtype::exact).mistakes)
+    if (const std::optional<strategy> named = strategy_from_name(mistake.name)) strategies.push_back(*named);
+  std::vector<std::vector<rational>> profiles(strategies.size());  // per strategy, its value on each unit sum
   std::vector<rational> objective;
-  bool first = true;
   for (std::size_t r = 0; r < counts.size(); ++r)
     for (std::size_t m = 0; m < counts[r].size(); ++m) {
       if (counts[r][m] == 0) continue;  // its sum is 0 whatever the targets
+      objective.push_back(*unit_value(strategy::global_mean, counts, r, m, valid_tokens, rank_tokens, shape.reducer));
+      for (std::size_t i = 0; i < strategies.size(); ++i) {
+        const std::optional<rational> value =
+            unit_value(strategies[i], counts, r, m, valid_tokens, rank_tokens, shape.reducer);
+        if (!value)
+          throw std::logic_error("suggest: " + std::string(strategy_name(strategies[i])) +
+                                 " is a candidate but undefined on a unit sum of these counts");
+        profiles[i].push_back(*value);
+      }
+    }
+  // The profiles must give what `gradient` computes: on targets that make every unit sum distinct, each
+  // strategy's value is the sum of its profile weighted by the sums.
+  std::vector<std::vector<rational>> targets;
+  std::vector<rational> sums;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    std::vector<rational>& row = targets.emplace_back();
+    for (std::size_t m = 0; m < counts[r].size(); ++m) {
+      row.emplace_back(static_cast<long>(1 + 3 * r + 7 * m));
+      if (counts[r][m] != 0) sums.push_back(row.back() * counts[r][m]);
+    }
+  }
+  const partition probe = with_values(counts, targets);
+  auto agrees = [&](strategy named, const std::vector<rational>& profile) {
+    std::vector<rational> terms;
+    for (std::size_t u = 0; u < profile.size(); ++u) terms.push_back(profile[u] * sums[u]);
+    const std::optional<rational> value = gradient(probe, named);
+    return value && *value == sum_of(terms);
+  };
+  if (!agrees(strategy::global_mean, objective))
+    throw std::logic_error("suggest: the objective's values on unit sums disagree with its gradient");
+  for (std::size_t i = 0; i < strategies.size(); ++i)
+    if (!agrees(strategies[i], profiles[i]))
+      throw std::logic_error("suggest: the values of " + std::string(strategy_name(strategies[i])) +
+                             " on unit sums disagree with its gradient");
+  for (std::size_t i = 0; i < strategies.size(); ++i)
+    if (profiles[i] == objective) s.inseparable.emplace_back(strategy_name(strategies[i]));
+  for (std::size_t i = 0; i < strategies.size(); ++i)
+    for (std::size_t j = i + 1; j < strategies.size(); ++j)
+      if (profiles[i] == profiles[j])
+        s.ambiguous.push_back(std::string(strategy_name(strategies[i])) + " and " + std::string(strategy_name(strategies[j])));
+}
+
+// Whether a mistake that is not a strategy equals the objective on every unit sum: the exact test, one
+// evaluation of every candidate per microbatch, for the rare candidate that agreed with the objective on
+// every target tried.
+bool equals_objective_everywhere(const update_counts& counts, const std::string& name) {
+  std::vector<std::vector<rational>> values;
+  for (const std::vector<std::uint64_t>& rank : counts) values.emplace_back(rank.size(), rational(0));
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    for (std::size_t m = 0; m < counts[r].size(); ++m) {
+      if (counts[r][m] == 0) continue;
       values[r][m] = rational(1) / counts[r][m];
       const candidate_set set = candidates_of(with_values(counts, values), dtype::exact);
       values[r][m] = 0;
-      if (first) {
-        for (std::size_t i = 0; i < set.mistakes.size(); ++i) {
-          names.push_back(set.mistakes[i].name);
-          strategies.push_back(set.is_strategy[i]);
-        }
-        profiles.resize(names.size());
-        first = false;
-      }
-      objective.push_back(set.objective.value);
-      for (std::size_t i = 0; i < set.mistakes.size() && i < profiles.size(); ++i)
-        profiles[i].push_back(set.mistakes[i].value);
+      const auto found = std::find_if(set.mistakes.begin(), set.mistakes.end(),
+                                      [&](const named_value& mistake) { return mistake.name == name; });
+      if (found == set.mistakes.end() || found->value != set.objective.value) return false;
     }
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (profiles[i] == objective) s.inseparable.push_back(names[i]);
-  for (std::size_t i = 0; i < names.size(); ++i)
-    for (std::size_t j = i + 1; j < names.size(); ++j)
-      if (strategies[i] && strategies[j] && profiles[i] == profiles[j]) s.ambiguous.push_back(names[i] + " and " + names[j]);
+  return true;
 }
+
 }  // namespace
 
 namespace {
@@ -235,8 +318,8 @@ suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microb
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective) {
   if (declared_objective(objective)) return suggest_with_sequences(world_size, microbatches, type, objective);
   // Weights exact in every dtype, bfloat16 included; none is 0, so every token counts in the mass.
-  const std::array<rational, 6> weights{rational(1, 4), rational(1, 2), rational(3, 4),
-                                        rational(1),    rational(3, 2), rational(2)};
+  const std::array<rational, 6> weights{fraction(1, 4), fraction(1, 2), fraction(3, 4),
+                                        rational(1),    fraction(3, 2), rational(2)};
   const bool weighted = objective == objective_kind::weighted_token_mean;
   constexpr int attempts = 400;
   constexpr std::uint64_t most_tokens = 4;  // per microbatch
@@ -281,6 +364,7 @@ update_counts read_counts(std::string_view text, std::string source, const reade
   update_counts counts;
   bool saw_counts = false;
   std::uint64_t total = 0;
+  std::size_t microbatches = 0;
   std::string_view key;
   while (in.next_member(key)) {
     if (key != "counts") in.fail_unknown_key(key, "(a counts file has counts)");
@@ -301,6 +385,11 @@ update_counts read_counts(std::string_view text, std::string source, const reade
           in.fail(error_code::limit_exceeded,
                   "a rank lists more than " + std::to_string(counts_max_microbatches) + " microbatches", in.value_offset());
         const std::uint64_t count_offset = in.value_offset();
+        if (++microbatches > counts_max_total_microbatches)
+          in.fail(error_code::limit_exceeded,
+                  "counts lists more than " + std::to_string(counts_max_total_microbatches) +
+                      " microbatches over all ranks, the limit of suggest --counts",
+                  in.value_offset());
         rank.push_back(in.integer("each microbatch's count", 0, counts_max_tokens, error_code::limit_exceeded));
         total += rank.back();
         if (total > counts_max_tokens)
@@ -321,7 +410,15 @@ update_counts read_counts(std::string_view text, std::string source, const reade
 }
 
 suggestion suggest_for_counts(const update_counts& counts, dtype type) {
-  constexpr int attempts = 400;
+  std::size_t microbatches = 0;
+  for (const std::vector<std::uint64_t>& rank : counts) microbatches += rank.size();
+  if (microbatches > counts_max_total_microbatches)
+    throw error(error_code::limit_exceeded,
+                "the counts list " + std::to_string(microbatches) + " microbatches in all, more than the " +
+                    std::to_string(counts_max_total_microbatches) + " suggest --counts takes");
+  // Each try costs a pass over every microbatch: 400 tries up to 256 microbatches, fewer beyond (at least 8),
+  // so that the search stays within seconds at the limit.
+  const int attempts = static_cast<int>(std::clamp<std::size_t>(400 * 256 / std::max<std::size_t>(microbatches, 1), 8, 400));
   constexpr std::uint64_t largest_value = 8;  // |y| ≤ 8: exact in every dtype, bfloat16 included
   detail::deterministic_random random(0xD1B54A32D192ED03ull);
   suggestion best;
@@ -329,6 +426,7 @@ suggestion suggest_for_counts(const update_counts& counts, dtype type) {
   structural_coincidences(counts, best);
   std::vector<std::vector<rational>> best_values;
   bool have_best = false;
+  std::vector<std::string> told_apart;  // mistakes that are not strategies, seen to differ from the objective
   for (int attempt = 0; attempt < attempts; ++attempt) {
     std::vector<std::vector<rational>> values;
     for (const std::vector<std::uint64_t>& rank : counts) {
@@ -338,17 +436,40 @@ suggestion suggest_for_counts(const update_counts& counts, dtype type) {
         row.emplace_back(random.below(2) == 0 ? magnitude : -magnitude);
       }
     }
+    const candidate_set set = candidates_of(with_values(counts, values), type);
+    for (std::size_t i = 0; i < set.mistakes.size(); ++i)
+      if (!set.is_strategy[i] && set.mistakes[i].value != set.objective.value &&
+          std::find(told_apart.begin(), told_apart.end(), set.mistakes[i].name) == told_apart.end())
+        told_apart.push_back(set.mistakes[i].name);
     suggestion candidate;
     candidate.type = type;
     candidate.inseparable = best.inseparable;
     candidate.ambiguous = best.ambiguous;
-    measure(candidate, with_values(counts, values));
+    measure(candidate, set);
     if (!have_best || candidate.separation > best.separation) {
       best.separation = candidate.separation;
       best.closest_pair = candidate.closest_pair;
       best_values = std::move(values);
       have_best = true;
     }
+  }
+  // A mistake that is not a strategy and equalled the objective on every try is decided exactly.
+  bool more_inseparable = false;
+  for (const named_value& mistake : candidates_of(with_values(counts, best_values), dtype::exact).mistakes)
+    if (!strategy_from_name(mistake.name) &&
+        std::find(told_apart.begin(), told_apart.end(), mistake.name) == told_apart.end() &&
+        equals_objective_everywhere(counts, mistake.name)) {
+      best.inseparable.push_back(mistake.name);
+      more_inseparable = true;
+    }
+  if (more_inseparable) {
+    suggestion remeasured;
+    remeasured.type = type;
+    remeasured.inseparable = best.inseparable;
+    remeasured.ambiguous = best.ambiguous;
+    measure(remeasured, with_values(counts, best_values));
+    best.separation = remeasured.separation;
+    best.closest_pair = remeasured.closest_pair;
   }
   for (std::size_t r = 0; r < counts.size(); ++r) {
     std::vector<std::vector<token>>& rank = best.tokens.ranks.emplace_back();

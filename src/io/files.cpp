@@ -1,6 +1,7 @@
 #include "normcheck/io/files.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/utf8.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +10,8 @@
 #include <sys/mman.h>
 #include <utility>
 #include <cerrno>
+#include <climits>
+#include <ctime>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -27,21 +30,41 @@ namespace {
   throw error(code, why, where);
 }
 
-// Standard input, read to its end within the size limit (it may be a pipe, a terminal or a file).
-std::string load_standard_input(const reader_limits& limits) {
+// A descriptor read to its end within the size limit: standard input (a pipe, a terminal or a file), or a
+// regular file whose size says nothing (/proc and /sys report 0 for files that hold text).
+std::string read_to_end(int fd, const std::string& name, const reader_limits& limits) {
   std::string text;
   char buffer[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(0, buffer, sizeof buffer);
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail_reading(std::string(standard_input_name), error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
+    if (n < 0) fail_reading(name, error_code::io_error, std::string("cannot be read: ") + std::strerror(errno));
     if (n == 0) return text;
     if (text.size() + static_cast<std::size_t>(n) > limits.max_file_size)
-      fail_reading(std::string(standard_input_name), error_code::limit_exceeded,
-             "holds more than the limit of " + std::to_string(limits.max_file_size) +
-                 " bytes (--max-file-size raises it)");
+      fail_reading(name, error_code::limit_exceeded,
+                   "holds more than the limit of " + std::to_string(limits.max_file_size) +
+                       " bytes (--max-file-size raises it)");
     text.append(buffer, static_cast<std::size_t>(n));
   }
+}
+
+std::string load_standard_input(const reader_limits& limits) {
+  return read_to_end(0, std::string(standard_input_name), limits);
+}
+
+// What says that a file is still the one that was opened, with the content that was read: the same inode
+// of the same device, the same size, and neither its content (modification time) nor its inode (change
+// time) touched since.
+file_identity file_identity_of(const struct stat& info) {
+  file_identity id;
+  id.device = static_cast<std::uint64_t>(info.st_dev);
+  id.inode = static_cast<std::uint64_t>(info.st_ino);
+  id.size = static_cast<std::uint64_t>(info.st_size);
+  id.modified_seconds = static_cast<std::int64_t>(info.st_mtim.tv_sec);
+  id.modified_nanoseconds = static_cast<std::int64_t>(info.st_mtim.tv_nsec);
+  id.changed_seconds = static_cast<std::int64_t>(info.st_ctim.tv_sec);
+  id.changed_nanoseconds = static_cast<std::int64_t>(info.st_ctim.tv_nsec);
+  return id;
 }
 
 // Files mapped while they are read. A file that shrinks under its mapping makes reading past its new end
@@ -148,8 +171,15 @@ input_text open_input(const std::filesystem::path& path, const reader_limits& li
   if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
                                            std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
+  input.seen_ = file_identity_of(info);
+  if (info.st_size == 0) {
+    // Empty, or a file that does not know its size (/proc, /sys): read to its end within the limit.
+    input.owned_ = read_to_end(fd, name, limits);
+    input.size_ = input.owned_.size();
+    return input;
+  }
   input.size_ = static_cast<std::size_t>(info.st_size);
-  if (input.size_ > 0 && (input.slot_ = claim_mapping_slot()) >= 0) {
+  if ((input.slot_ = claim_mapping_slot()) >= 0) {
     // Mapped, not copied: the text is the page cache itself, read in at once (MAP_POPULATE).
     void* mapped = ::mmap(nullptr, input.size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (mapped != MAP_FAILED) {
@@ -160,7 +190,7 @@ input_text open_input(const std::filesystem::path& path, const reader_limits& li
     release_mapping_slot(input.slot_);
     input.slot_ = -1;
   }
-  // Not mapped (an empty file, no free slot, a file system without mmap): read into memory.
+  // Not mapped (no free slot, a file system without mmap): read into memory.
   input.owned_.resize(input.size_);
   std::size_t filled = 0;
   while (filled < input.owned_.size()) {
@@ -192,6 +222,7 @@ input_text& input_text::operator=(input_text&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     fd_ = std::exchange(other.fd_, -1);
     slot_ = std::exchange(other.slot_, -1);
+    seen_ = other.seen_;
   }
   return *this;
 }
@@ -215,8 +246,19 @@ void input_text::require_unchanged() const {
   if (fd_ < 0) return;  // standard input: read to its end
   struct stat info {};
   const bool shrank_under_mapping = slot_ >= 0 && mapping_shrank(slot_);
-  if (shrank_under_mapping || ::fstat(fd_, &info) != 0 || static_cast<std::uint64_t>(info.st_size) != size_)
+  if (shrank_under_mapping || ::fstat(fd_, &info) != 0 || info.st_size != static_cast<off_t>(seen_.size))
     fail_reading(name_, error_code::io_error, "changed size while it was read");
+  const file_identity now = file_identity_of(info);
+  struct stat named {};
+  if (::stat(name_.c_str(), &named) != 0 || static_cast<std::uint64_t>(named.st_dev) != seen_.device ||
+      static_cast<std::uint64_t>(named.st_ino) != seen_.inode)
+    fail_reading(name_, error_code::io_error,
+                 "was replaced (renamed over, or removed) while it was read: its name no longer holds what was read");
+  if (now.modified_seconds != seen_.modified_seconds || now.modified_nanoseconds != seen_.modified_nanoseconds ||
+      now.changed_seconds != seen_.changed_seconds || now.changed_nanoseconds != seen_.changed_nanoseconds)
+    fail_reading(name_, error_code::io_error,
+                 "was modified while it was read (its modification or change time moved): what was read may mix "
+                 "two versions, so it has no verdict");
 }
 
 
@@ -249,9 +291,24 @@ struct output_target {
   bool write_through = false;
 };
 
+// Whether `path` is an entry of a process's descriptor table: its folder is /proc/PID/fd or
+// /proc/PID/task/TID/fd once resolved (/dev/fd and /proc/self/fd are links to one).
+bool names_open_descriptor(const std::filesystem::path& path) {
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  char resolved[PATH_MAX];
+  if (::realpath(folder.c_str(), resolved) == nullptr) return false;
+  const std::string_view text = resolved;
+  if (text.rfind("/proc/", 0) != 0 || text.size() < 4 || text.substr(text.size() - 3) != "/fd") return false;
+  // /proc/PID/fd or /proc/PID/task/TID/fd: two or four parts between /proc and fd.
+  const std::string_view middle = text.substr(6, text.size() - 6 - 3);
+  const auto parts = static_cast<std::size_t>(std::count(middle.begin(), middle.end(), '/')) + 1;
+  return !middle.empty() && (parts == 1 || (parts == 3 && middle.find("/task/") != std::string_view::npos));
+}
+
 output_target resolve_output(const std::string& path) {
   std::filesystem::path current = path;
   for (int hops = 0; hops <= 40; ++hops) {
+    if (names_open_descriptor(current)) return {current.string(), true};
     struct stat link {};
     if (::lstat(current.c_str(), &link) != 0) {
       if (errno == ENOENT) return {current.string(), false};  // created, beside its missing name
@@ -297,11 +354,35 @@ void write_through(const std::string& path, std::string_view content) {
   if (::close(fd) != 0) fail_writing(path, "cannot write", errno);
 }
 
+// A new file beside `target` for its replacement, created with `mode` (the umask applies), and its name.
+int create_temporary(const std::string& shown, const std::string& target, mode_t mode, std::string& temporary) {
+  static std::atomic<std::uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    struct timespec now {};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    const std::uint64_t salt = (static_cast<std::uint64_t>(now.tv_nsec) << 20) ^ static_cast<std::uint64_t>(::getpid()) ^
+                               (counter++ << 40);
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".tmp.%012llx", static_cast<unsigned long long>(salt & 0xFFFFFFFFFFFFull));
+    temporary = target + suffix;
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd >= 0 || errno != EEXIST) {
+      if (fd < 0) fail_writing(shown, "cannot create a temporary file beside it", errno);
+      return fd;
+    }
+  }
+  fail_writing(shown, "cannot create a temporary file beside it", EEXIST);
+}
+
 // Writes a temporary file beside `target`, flushes it, renames it over `target` and flushes the directory.
+// The new file takes the permissions of the file it replaces, or those a new file gets (0666 less the
+// umask) when there is none.
 void replace_atomically(const std::string& shown, const std::string& target, std::string_view content) {
-  std::string temporary = target + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) fail_writing(shown, "cannot create a temporary file beside it", errno);
+  struct stat replaced {};
+  const bool replacing = ::stat(target.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode);
+  std::string temporary;
+  // Created with no more permissions than the replaced file has, so that its content is never more exposed.
+  const int fd = create_temporary(shown, target, replacing ? (replaced.st_mode & 0666) : 0666, temporary);
   const temporary_file_guard guard(temporary);
   auto abandon = [&](const std::string& what) {
     const int cause = errno;
@@ -316,7 +397,8 @@ void replace_atomically(const std::string& shown, const std::string& target, std
     if (n < 0) abandon("cannot write");
     written += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::fchmod(fd, 0644) != 0) abandon("cannot flush");
+  if (replacing && ::fchmod(fd, replaced.st_mode & 07777) != 0) abandon("cannot give it the replaced file's permissions");
+  if (::fsync(fd) != 0) abandon("cannot flush");
   ::close(fd);
   if (std::rename(temporary.c_str(), target.c_str()) != 0) {
     const int cause = errno;
@@ -353,6 +435,21 @@ temporary_file_guard::~temporary_file_guard() {
   guarding = 0;
   ::sigaction(SIGTERM, &previous_terminate, nullptr);
   ::sigaction(SIGINT, &previous_interrupt, nullptr);
+}
+
+void refuse_output_over_inputs(std::string_view option, const std::filesystem::path& output,
+                               const std::vector<std::filesystem::path>& inputs) {
+  struct stat written {};
+  if (output.empty() || ::stat(output.c_str(), &written) != 0 || !S_ISREG(written.st_mode)) return;
+  for (const std::filesystem::path& input : inputs) {
+    struct stat read {};
+    if (input == "-" || ::stat(input.c_str(), &read) != 0) continue;
+    if (read.st_dev == written.st_dev && read.st_ino == written.st_ino)
+      throw error(error_code::usage_error,
+                  std::string(option) + " names " + escaped_name(output.string()) + ", which is also an input (" +
+                      escaped_name(input.string()) +
+                      "): the report would replace the document it is about; name another file");
+  }
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {

@@ -21,7 +21,9 @@ void append_escaped(std::string& out, std::string_view text, json_context contex
     const utf8_step step = decode_utf8(text, i);
     const char32_t c = step.code_point;
     if (!step.valid) {
-      append_u_escape(out, 0xDC00 + c);  // surrogateescape: the byte, reversibly
+      out += "\\\\x";  // the byte shown as \xNN, as `printable` shows it: valid UTF-8, no lone surrogate
+      out += hex_digits[(c >> 4) & 0xF];
+      out += hex_digits[c & 0xF];
     } else if (c == '"') {
       out += "\\\"";
     } else if (c == '\\') {
@@ -129,6 +131,8 @@ json_writer& json_writer::string(std::string_view text) {
   append_escaped(out_, text, context_);
   return *this;
 }
+
+json_writer& json_writer::name(std::string_view text) { return string(escaped_name(text)); }
 
 json_writer& json_writer::number(std::uint64_t value) {
   before_value();

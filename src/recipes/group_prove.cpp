@@ -33,9 +33,9 @@ constexpr int random_configurations = 20000;
 constexpr int replay_attempts = 256;
 
 // Per-token weights of the weighted scope (twice each is an integer), and the normalizers of the constant scope.
-const std::array<rational, 4> scope_weights{rational(0), rational(1, 2), rational(1), rational(2)};
-const std::array<rational, 6> scope_normalizers{rational(1, 2), rational(1), rational(2),
-                                                rational(3), rational(7, 2), rational(12)};
+const std::array<rational, 4> scope_weights{rational(0), fraction(1, 2), rational(1), rational(2)};
+const std::array<rational, 6> scope_normalizers{fraction(1, 2), rational(1), rational(2),
+                                                rational(3), fraction(7, 2), rational(12)};
 
 std::size_t index_of(count_variable v) { return static_cast<std::size_t>(v); }
 
@@ -592,7 +592,7 @@ private:
     if (scope_.sequences) c.sequences = q;
     if (scope_.weighted) {
       std::array<rational, 4> weights;
-      for (rational& w : weights) w = rational(random.below(17), 1 + random.below(8));
+      for (rational& w : weights) w = fraction(random.below(17), 1 + random.below(8));
       group_view v{c.world_size, c.microbatches, c.valid_tokens, c.rank_tokens, c.microbatch_tokens,
                    q.group_tokens, q.sequences, q.rank_sequences, q.microbatch_sequences, q.declared};
       count_configuration weighted = configuration_of(scope_, v, &weights, nullptr);
@@ -603,7 +603,7 @@ private:
       c.masses = weighted.masses;
       c.group_mass = weighted.group_mass;
     }
-    if (scope_.constant) c.normalizer = rational(1 + random.below(64), 1 + random.below(8));
+    if (scope_.constant) c.normalizer = fraction(1 + random.below(64), 1 + random.below(8));
     return c;
   }
 
@@ -697,7 +697,7 @@ private:
       if (scope_.weighted) {
         c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
                                            rational(value(count_variable::m_m))};
-        c.group_mass = rational(value(count_variable::m_m), 2);
+        c.group_mass = fraction(value(count_variable::m_m), 2);
       }
       if (scope_.constant) c.normalizer = rational(value(count_variable::C));
       const judged j = judge(scope_, recipe_, c);

@@ -6,6 +6,8 @@
 #include "core/deterministic_random.hpp"
 #include "group_prove.hpp"
 
+#include "divisors.hpp"
+
 #include <algorithm>
 
 namespace normcheck {
@@ -20,7 +22,7 @@ constexpr int random_configurations = 20000;
 
 // Per-token weights the weighted scopes give each group of tokens (the exposing microbatch, the rest of
 // its rank, the other ranks).
-const std::array<rational, 4> scope_weights{rational(0), rational(1, 2), rational(1), rational(2)};
+const std::array<rational, 4> scope_weights{rational(0), fraction(1, 2), rational(1), rational(2)};
 
 // (M, mᵣ, mₘ): the configuration's masses, or its counts under the token mean.
 std::array<rational, 3> masses_of(const count_configuration& c) {
@@ -174,7 +176,7 @@ public:
       : recipe_(r), weighted_objective_(objective == objective_kind::weighted_token_mean) {}
 
   proof_result run() {
-    if (exhaustive_scope() || random_scope()) return result_;
+    if (exhaustive_scope() || random_scope() || divisor_vanishes()) return result_;
     decide_for_all_counts();
     return result_;
   }
@@ -260,7 +262,7 @@ private:
       if (c.valid_tokens == 0) c.valid_tokens = c.rank_tokens = c.microbatch_tokens = 1;
       if (weighted_objective_) {
         std::array<rational, 3> weights;
-        for (rational& w : weights) w = rational(random.below(17), 1 + random.below(8));
+        for (rational& w : weights) w = fraction(random.below(17), 1 + random.below(8));
         c = weighted(c, weights);
         if ((*c.masses)[0] == 0) c = weighted(c, {rational(1), rational(1), rational(1)});
       }
@@ -270,6 +272,124 @@ private:
                         " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
                         (weighted_objective_ ? " and per-group token weights p/q with p ≤ 16, q ≤ 8" : "");
     return refuted();
+  }
+
+  // A divisor may vanish only beyond the scopes (N − 777): each is shown nonzero on every configuration, or
+  // its zeros are sought (solved for one count at a time, the others those of the small scope), and one that
+  // is found makes the recipe divide by zero there. True when one does; a divisor neither shown nonzero nor
+  // found zero keeps the recipe from being proved.
+  bool divisor_vanishes() {
+    std::vector<std::string> settled;
+    for (const detail::recipe_divisor& divisor : detail::divisors_of(recipe_.scale)) {
+      if (std::find(settled.begin(), settled.end(), divisor.text) != settled.end()) continue;
+      if (divisor.numerator && detail::nonzero_on_every_configuration(*divisor.numerator, weighted_objective_)) {
+        settled.push_back(divisor.text);
+        continue;
+      }
+      if (divisor.numerator)
+        if (const std::optional<count_configuration> zero = zero_of(*divisor.numerator)) {
+          note(*zero, judge(recipe_, *zero));
+          result_.coverage += "; the divisor " + divisor.text + " is 0 at " + describe(*zero) +
+                              (single_variable_zeros(*divisor.numerator).empty()
+                                   ? std::string()
+                                   : " (" + single_variable_zeros(*divisor.numerator) + ")") +
+                              ", beyond the scopes";
+          if (refuted()) return true;
+        }
+      if (std::find(undecided_divisors_.begin(), undecided_divisors_.end(), divisor.text) == undecided_divisors_.end())
+        undecided_divisors_.push_back(divisor.text);
+      settled.push_back(divisor.text);
+    }
+    return false;
+  }
+
+  // "0 wherever N = 777" for a divisor in one count alone, whose zeros in the domain are then all of its roots.
+  static std::string single_variable_zeros(const detail::polynomial& numerator) {
+    std::optional<count_variable> only;
+    for (count_variable v : all_count_variables)
+      if (numerator.uses(v)) {
+        if (only) return "";
+        only = v;
+      }
+    if (!only) return "";
+    const std::vector<rational> roots = detail::roots_in_domain(numerator.in_one_variable(*only, count_values{}), *only);
+    if (roots.empty()) return "";
+    std::string text = "0 wherever " + std::string(variable_name(*only)) + " = ";
+    for (std::size_t i = 0; i < roots.size(); ++i) text += (i ? " or " : "") + to_string(roots[i]);
+    return text;
+  }
+
+  // A configuration at which `numerator` is 0 and the recipe divides by zero, found by solving for each
+  // count it uses with the others taken from the small scope (weighted: under two sets of weights).
+  std::optional<count_configuration> zero_of(const detail::polynomial& numerator) const {
+    const std::vector<count_configuration> bases = small_scope();
+    std::vector<std::array<rational, 3>> weightings{{rational(1), rational(1), rational(1)}};
+    if (weighted_objective_) weightings.push_back({scope_weights[1], rational(1), scope_weights[3]});
+    for (count_variable v : all_count_variables) {
+      if (!numerator.uses(v)) continue;
+      for (const std::array<rational, 3>& weights : weightings)
+        for (const count_configuration& counts : bases) {
+          const count_configuration base = weighted_objective_ ? weighted(counts, weights) : counts;
+          for (const rational& root : detail::roots_in_domain(numerator.in_one_variable(v, values_of(base)), v))
+            if (const std::optional<count_configuration> at = placed(base, weights, v, root, numerator))
+              if (judge(recipe_, *at).result == outcome::divides_by_zero) return at;
+        }
+    }
+    return std::nullopt;
+  }
+
+  // `base` with `v` = `value`, the counts `numerator` does not use moved so that the configuration is one a
+  // partition can show (nₘ ≤ nᵣ ≤ N, a second microbatch or rank where they differ), small enough to write
+  // out as a counterexample; nothing when there is none.
+  std::optional<count_configuration> placed(const count_configuration& base, const std::array<rational, 3>& weights,
+                                            count_variable v, const rational& value,
+                                            const detail::polynomial& numerator) const {
+    constexpr std::uint64_t most_tokens = 1'000'000;
+    constexpr std::uint64_t most_ranks_or_microbatches = 10'000;
+    auto fixed = [&](count_variable x) { return x == v || numerator.uses(x); };
+    const bool mass = v == count_variable::M || v == count_variable::m_r || v == count_variable::m_m;
+    std::int64_t counts[5] = {static_cast<std::int64_t>(base.world_size), static_cast<std::int64_t>(base.valid_tokens),
+                              static_cast<std::int64_t>(base.rank_tokens),
+                              static_cast<std::int64_t>(base.microbatch_tokens), static_cast<std::int64_t>(base.microbatches)};
+    std::int64_t& w = counts[0];
+    std::int64_t& n = counts[1];
+    std::int64_t& n_r = counts[2];
+    std::int64_t& n_m = counts[3];
+    std::int64_t& g = counts[4];
+    if (!mass) {
+      if (value > rational(static_cast<long>(most_tokens))) return std::nullopt;
+      counts[static_cast<std::size_t>(v)] = value.convert_to<std::int64_t>();
+    }
+    if (!fixed(count_variable::n_r) && n_r < n_m) n_r = n_m;
+    if (!fixed(count_variable::n_m) && n_m > n_r) n_m = n_r;
+    if (!fixed(count_variable::N) && n < std::max<std::int64_t>(n_r, 1)) n = std::max<std::int64_t>(n_r, 1);
+    if (!fixed(count_variable::n_r) && n_r > n) n_r = n;
+    if (!fixed(count_variable::n_m) && n_m > n_r) n_m = n_r;
+    if (!fixed(count_variable::G) && n_r > n_m && g < 2) g = 2;
+    if (!fixed(count_variable::W) && n > n_r && w < 2) w = 2;
+    const bool shown = w >= 1 && g >= 1 && n >= 1 && n_m >= 0 && n_m <= n_r && n_r <= n && (n_r == n_m || g >= 2) &&
+                       (n == n_r || w >= 2) && n <= static_cast<std::int64_t>(most_tokens) &&
+                       w <= static_cast<std::int64_t>(most_ranks_or_microbatches) &&
+                       g <= static_cast<std::int64_t>(most_ranks_or_microbatches);
+    if (!shown) return std::nullopt;
+    count_configuration c{static_cast<std::uint64_t>(w), static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(n_r),
+                          static_cast<std::uint64_t>(n_m), static_cast<std::uint64_t>(g), std::nullopt};
+    if (!weighted_objective_) return c;
+    const bool masses_fixed = fixed(count_variable::M) || fixed(count_variable::m_r) || fixed(count_variable::m_m);
+    if (!masses_fixed) return weighted(c, weights);
+    // The masses the numerator needs, each group's weight then following from its mass and count.
+    std::array<rational, 3> masses = *base.masses;  // M, m_r, m_m
+    if (mass) masses[v == count_variable::M ? 0 : v == count_variable::m_r ? 1 : 2] = value;
+    const std::array<rational, 3> group_masses{masses[2], masses[1] - masses[2], masses[0] - masses[1]};
+    const std::array<std::uint64_t, 3> group_counts{c.microbatch_tokens, c.rank_tokens - c.microbatch_tokens,
+                                                    c.valid_tokens - c.rank_tokens};
+    std::array<rational, 3> group_weights;
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (group_masses[i] < 0 || (group_counts[i] == 0 && group_masses[i] != 0)) return std::nullopt;
+      group_weights[i] = group_counts[i] == 0 ? rational(0) : rational(group_masses[i] / group_counts[i]);
+    }
+    if (masses[0] <= 0) return std::nullopt;
+    return weighted(c, group_weights);
   }
 
   // F = c·N − d (c·M − d weighted) is a rational function; its numerator has total degree at most D, so if
@@ -333,6 +453,18 @@ private:
       }
       if (i == axes.size()) break;
     }
+    if (!undecided_divisors_.empty()) {
+      std::string divisors;
+      for (const std::string& text : undecided_divisors_) divisors += (divisors.empty() ? "" : ", ") + text;
+      result_.verdict = proof_verdict::checked;
+      result_.coverage += "; c·" + std::string(variable_name(denominator)) +
+                          " − d vanishes on a grid large enough for its degree, but the divisor" +
+                          (undecided_divisors_.size() > 1 ? "s " : " ") + divisors +
+                          " could not be shown nonzero for every count, nor found 0, so where " +
+                          (undecided_divisors_.size() > 1 ? "one of them is" : "it is") +
+                          " 0 the scale may be undefined: this is checked, not proved";
+      return;
+    }
     result_.verdict = proof_verdict::proved;
     result_.coverage += "; proved for all " + std::string(weighted_objective_ ? "counts and masses" : "counts") +
                         ": c·" + std::string(variable_name(denominator)) + " − d has a numerator of degree at most " +
@@ -346,6 +478,7 @@ private:
   std::optional<std::pair<count_configuration, judged>> first_wrong_;
   std::optional<std::pair<count_configuration, judged>> first_zero_;
   std::uint64_t judged_configurations_ = 0;
+  std::vector<std::string> undecided_divisors_;  // neither shown nonzero everywhere nor found 0
 };
 
 }  // namespace

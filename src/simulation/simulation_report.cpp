@@ -259,7 +259,7 @@ void print_simulation_json(std::ostream& out, const std::string& source, const s
     json.member("scheduler_position", replica.scheduler_position).end_object();
   };
   json.begin_object()
-      .member("file", source)
+      .member("file", json_name{source})
       .member("format", scenario_format_name)
       .member("world_size", std::uint64_t{s.world_size()})
       .key("start_up")

@@ -315,7 +315,7 @@ std::string derivation_figure(const derivation_facts& f) {
     canvas.line(x0, y_base, x0 + px(panel_width), y_base, axis_color, 1);
     canvas.line(x0, y_base, x0, px(top + 10), axis_color, 1);
     const rational group = px(panel_width) / rational(ranks == 0 ? 1 : ranks);
-    const rational bar = group * rational(3, 10);
+    const rational bar = group * fraction(3, 10);
     for (std::size_t r = 0; r < ranks; ++r) {
       const rational gx = x0 + group * r + group / 10;
       for (int side = 0; side < 2; ++side) {

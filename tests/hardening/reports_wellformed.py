@@ -5,9 +5,10 @@
 
 Files with names that are not UTF-8 (bytes FF FE), names with a terminal escape, keys and literals with
 controls and non-characters (U+FFFE, U+FFFF), then a few hundred files of random bytes under random names:
-Python's json and xml.etree must parse every report, the JSON must give the file names back byte for byte
-(surrogateescape), the JUnit names must decode back to them, and the text report must carry no control
-character that a terminal acts on. Exit 0 passed, 1 failed.
+Python's json and xml.etree must parse every report, the JSON must hold Unicode text only (no lone
+surrogate) and give the file names back byte for byte (undoing the text report's escapes), the JUnit
+names must decode back to them, and the text report must carry no control character that a terminal
+acts on. Exit 0 passed, 1 failed.
 """
 
 import json
@@ -23,7 +24,7 @@ CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xef\xbf[\xbe\x
 
 
 def unescape_name(text):
-    """The bytes a name escaped by the text and JUnit reports stands for: \\\\ is a backslash, \\xHH a byte,
+    """The bytes a name escaped by the text, JSON and JUnit reports stands for: \\\\ is a backslash, \\xHH a byte,
     \\n \\t \\r controls, \\u{h} a code point."""
     out = bytearray()
     i = 0
@@ -69,7 +70,12 @@ def judge(normcheck, folder, expected_names, failures, what):
     except ValueError as e:
         failures.append(f"{what}: --json does not parse: {e}")
         return
-    names = {r["file"].encode("utf-8", "surrogateescape") for r in document["reports"]}
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        failures.append(f"{what}: --json holds a string that is not Unicode text (a lone surrogate): {e}")
+        return
+    names = {unescape_name(r["file"]) for r in document["reports"]}
     missing = [n for n in expected_names if n not in names]
     if missing:
         failures.append(f"{what}: --json does not give back the names {missing[:3]!r}")

@@ -241,3 +241,16 @@ TEST_CASE("a malformed literal is bad_number even when it is also too long") {
   CHECK(verdict(with_targets("\"1e99999x\"")) == "bad_number");
   CHECK(verdict(with_targets("\"0x1p99999q\"")) == "bad_number");
 }
+
+TEST_CASE("empty per-rank lists in observed are schema_error, not silently no list") {
+  const std::string head =
+      R"({"format": "normcheck/1", "ranks": [{"targets": [0]}, {"targets": [2, 2, 2]}], "world_size": 2,)"
+      R"( "observed": {"per_rank": ["-0x1.8p+0", "-0x1.8p+0"], "dtype": "float32", "tokens": )";
+  CHECK(verdict(head + R"({"global": 4, "per_rank": [1, 3]}}})") == "pass");
+  CHECK(verdict(head + R"({"global": 4, "per_rank": []}}})") == "schema_error");
+  CHECK(message(head + R"({"global": 4, "per_rank": []}}})").find("tokens.per_rank must list every rank") !=
+        std::string::npos);
+  CHECK(verdict(head + R"({"divided_by": [4, 4]}}})") == "pass");
+  CHECK(verdict(head + R"({"divided_by": []}}})") == "schema_error");
+  CHECK(message(head + R"({"divided_by": []}}})").find("divided_by must list every rank") != std::string::npos);
+}

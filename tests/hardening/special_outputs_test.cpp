@@ -35,11 +35,17 @@ mode_t kind_of(const std::string& path) {
   return info.st_mode & S_IFMT;
 }
 
-// What a FIFO's reader receives within `seconds`: it opens without waiting for a writer, then reads until
-// the writer, once it came, closes. A writer that never comes gives "" instead of a hang.
-std::string read_fifo(const std::string& path, double seconds) {
+// The reading end of a FIFO, opened without waiting for a writer: opened before the writer starts, as a
+// consumer would, so that the writer always finds a reader however the processes are scheduled.
+int open_fifo_reader(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   REQUIRE(fd >= 0);
+  return fd;
+}
+
+// What the FIFO's reader `fd` receives within `seconds`: it reads until the writer, once it came, closes. A
+// writer that never comes gives "" instead of a hang. Closes `fd`.
+std::string read_fifo(int fd, double seconds) {
   std::string received;
   bool writer_seen = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -131,8 +137,8 @@ TEST_CASE("--output to a FIFO writes the report through to its reader") {
   const std::string fifo = dir / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string received;
-  std::thread reader([&] { received = read_fifo(fifo, 20); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the reader opens first, as a consumer would
+  const int reading_end = open_fifo_reader(fifo);  // before the writer starts: no race with it
+  std::thread reader([&] { received = read_fifo(reading_end, 20); });
   const hardening::process_result result = check_with("--output", fifo);
   reader.join();
   CHECK(result.status == 0);
@@ -189,5 +195,85 @@ TEST_CASE("SIGTERM or SIGINT during a write removes the temporary file") {
     CHECK(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == signal_number);
     CHECK_FALSE(fs::exists(temporary));
+  }
+}
+
+TEST_CASE("--output naming a descriptor (/dev/fd/1, /proc/self/fd/1) writes through it, as /dev/stdout does") {
+  for (const char* descriptor : {"/dev/fd/1", "/proc/self/fd/1", "/dev/stdout"}) {
+    CAPTURE(descriptor);
+    const hardening::process_result result = check_with("--output", descriptor);
+    CAPTURE(result.err);
+    CHECK(result.status == 0);
+    CHECK(result.out.find("9 files: 9 passed") != std::string::npos);  // the text report was not replaced
+    CHECK(result.out.find("{\"format\": \"normcheck-report/1\"") != std::string::npos);
+  }
+}
+
+namespace {
+
+mode_t permissions_of(const std::string& path) {
+  struct stat info {};
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  return info.st_mode & 07777;
+}
+
+}  // namespace
+
+TEST_CASE("a replaced report keeps the replaced file's permissions, a new one takes the umask's") {
+  hardening::temporary_directory dir;
+  SUBCASE("replacing a private file keeps it private") {
+    hardening::write_text(dir / "private.json", "old");
+    REQUIRE(::chmod((dir / "private.json").c_str(), 0600) == 0);
+    CHECK(check_with("--output", dir / "private.json").status == 0);
+    CHECK(permissions_of(dir / "private.json") == 0600);
+    CHECK(hardening::slurp(dir / "private.json").rfind("{\"format\"", 0) == 0);
+  }
+  SUBCASE("replacing a group-writable file keeps it so") {
+    hardening::write_text(dir / "shared.xml", "old");
+    REQUIRE(::chmod((dir / "shared.xml").c_str(), 0664) == 0);
+    CHECK(check_with("--junit", dir / "shared.xml").status == 0);
+    CHECK(permissions_of(dir / "shared.xml") == 0664);
+  }
+  SUBCASE("a new file honours the umask") {
+    const mode_t previous = ::umask(077);
+    const hardening::process_result result = check_with("--output", dir / "new.json");
+    ::umask(previous);
+    CHECK(result.status == 0);
+    CHECK(permissions_of(dir / "new.json") == 0600);
+    const mode_t open_umask = ::umask(002);
+    CHECK(check_with("--output", dir / "newer.json").status == 0);
+    ::umask(open_umask);
+    CHECK(permissions_of(dir / "newer.json") == 0664);
+  }
+}
+
+TEST_CASE("an output that names one of the inputs is refused, and the input left as it was") {
+  hardening::temporary_directory dir;
+  const std::string input = dir / "dump.json";
+  const std::string content = hardening::slurp(reference_cases + "/01_global_mean.json");
+  hardening::write_text(input, content);
+  fs::create_symlink("dump.json", dir / "link.json");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"check", "--output", input, input},
+        std::vector<std::string>{"check", "--junit", dir / "link.json", input},
+        std::vector<std::string>{"check", "--output", input, dir.path}}) {
+    const hardening::process_result result = hardening::run_process(
+        [&] {
+          std::vector<std::string> command{NORMCHECK_EXECUTABLE};
+          command.insert(command.end(), args.begin(), args.end());
+          return command;
+        }());
+    CAPTURE(result.err);
+    CHECK(result.status == 2);
+    CHECK(result.err.find("usage_error") != std::string::npos);
+    CHECK(result.err.find("which is also an input") != std::string::npos);
+    CHECK(hardening::slurp(input) == content);
+  }
+  SUBCASE("suggest --counts with -o onto the counts file") {
+    hardening::write_text(dir / "counts.json", R"({"counts": [[3, 1], [2]]})");
+    const hardening::process_result result =
+        hardening::run_process({NORMCHECK_EXECUTABLE, "suggest", "--counts", dir / "counts.json", "-o", dir / "counts.json"});
+    CHECK(result.status == 2);
+    CHECK(hardening::slurp(dir / "counts.json") == R"({"counts": [[3, 1], [2]]})");
   }
 }

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include <functional>
+
 namespace {
 
 using namespace normcheck;
@@ -170,4 +172,50 @@ TEST_CASE("a sequence objective's counterexample is read back with its sequences
   REQUIRE(value.value);
   CHECK(*value.value != *gradient(file.update, strategy::global_mean));
   CHECK(*value.value == *result.counterexample->recipe_gradient);
+
+TEST_CASE("a scale that divides by zero only beyond every scope is never proved, and says where") {
+  auto check_zero = [](const char* scale, const std::function<std::uint64_t(const count_configuration&)>& count,
+                       std::uint64_t at, const char* divisor, const char* wherever) {
+    CAPTURE(scale);
+    const proof_result result = prove_recipe(make(scale, reducer_kind::mean));
+    CHECK(result.verdict == proof_verdict::divides_by_zero);
+    REQUIRE(result.counterexample);
+    CHECK(count(result.counterexample->where) == at);
+    CHECK(result.counterexample->zero_divisor == divisor);
+    CHECK(result.coverage.find(wherever) != std::string::npos);
+    CHECK_FALSE(result.counterexample->recipe_gradient.has_value());  // the replayed partition divides by zero
+  };
+  check_zero("W/N*(N-777)/(N-777)", [](const count_configuration& c) { return c.valid_tokens; }, 777, "(N-777)",
+             "0 wherever N = 777");
+  check_zero("W/N*(G-17)/(G-17)", [](const count_configuration& c) { return c.microbatches; }, 17, "(G-17)",
+             "0 wherever G = 17");
+  check_zero("W/N*(W-65)/(W-65)", [](const count_configuration& c) { return c.world_size; }, 65, "(W-65)",
+             "0 wherever W = 65");
+  check_zero("W/N*(n_m-1001)/(n_m-1001)", [](const count_configuration& c) { return c.microbatch_tokens; }, 1001,
+             "(n_m-1001)", "0 wherever n_m = 1001");
+  check_zero("W / N * (N - 2*n_r - 1000) / (N - 2*n_r - 1000)", [](const count_configuration& c) {
+    return c.valid_tokens - 2 * c.rank_tokens;
+  }, 1000, "(N - 2*n_r - 1000)", "is 0 at");
+}
+
+TEST_CASE("a weighted scale whose mass divisor vanishes beyond the scopes is never proved") {
+  const proof_result result =
+      prove_recipe(make("W/M*(M-1000)/(M-1000)", reducer_kind::mean), objective_kind::weighted_token_mean);
+  CHECK(result.verdict == proof_verdict::divides_by_zero);
+  REQUIRE(result.counterexample);
+  REQUIRE(result.counterexample->where.masses);
+  CHECK((*result.counterexample->where.masses)[0] == 1000);
+}
+
+TEST_CASE("a divisor neither shown nonzero nor found zero keeps the scale from being proved") {
+  // N² − 2 has no integer zero, but the certificate cannot show it (a negative constant term).
+  const proof_result result = prove_recipe(make("W/N*(N*N-2)/(N*N-2)", reducer_kind::mean));
+  CHECK(result.verdict == proof_verdict::checked);
+  CHECK(result.coverage.find("could not be shown nonzero") != std::string::npos);
+  // Divisors that are sums of positive terms are shown nonzero, and the scale is proved.
+  CHECK(prove_recipe(make("W/N*(N+n_r+1)/(N+n_r+1)", reducer_kind::mean)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(make("W*G/(N*G)", reducer_kind::mean)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(make("W/N*(N-n_r+1)/(N-n_r+1)", reducer_kind::mean)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(make("W/(M+m_m-m_m)", reducer_kind::mean), objective_kind::weighted_token_mean).verdict ==
+        proof_verdict::proved);
 }

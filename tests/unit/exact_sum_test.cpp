@@ -138,3 +138,38 @@ TEST_CASE("a tree sum may be read and added to again") {
   tree.add(rational(1) / 2);
   CHECK(tree.value() == 1);
 }
+
+TEST_CASE("many distinct scales, through the buckets and past them, sum exactly in every order") {
+  // Decimal and binary exponents far more numerous than the buckets, signed, some of them beyond 64 bits,
+  // given in three orders: the scales spilled out of the buckets meet only when the sum is asked for.
+  std::vector<literal> terms;
+  for (int e = -300; e <= 300; e += 7) {
+    terms.push_back(bare((e % 2 ? "-" : "") + std::to_string(3 + (e + 300) % 11) + "e" + std::to_string(e)));
+    terms.push_back(quoted("0x1.8p" + std::to_string(e)));
+    terms.push_back(bare("123456789012345678901234567890e" + std::to_string(-e)));
+  }
+  terms.push_back(quoted("5/7"));
+  const rational expected = oracle(terms);
+  CHECK(summed(terms) == expected);
+  CHECK(normcheck::is_canonical(summed(terms)));
+  std::reverse(terms.begin(), terms.end());
+  CHECK(summed(terms) == expected);
+  std::rotate(terms.begin(), terms.begin() + static_cast<std::ptrdiff_t>(terms.size() / 3), terms.end());
+  CHECK(summed(terms) == expected);
+}
+
+TEST_CASE("machine literals at every scale from -10000 to 10000 sum to the sum of their values") {
+  // The shape that made the common-scale sum quadratic: every exponent, finest first.
+  normcheck::exact_sum sum;
+  const normcheck::number_limits limits;
+  // Σ 10^(e + 10000) over the exponents, in units of 10^-10000: 20001 ones, (10^20001 − 1)/9.
+  for (int e = 10000; e >= -10000; e -= 1) {
+    normcheck::machine_literal fast;
+    const std::string text = "1e" + std::to_string(e);
+    REQUIRE(normcheck::scan_machine_literal(text, literal_form::json_number, limits, fast));
+    sum.add(fast);
+  }
+  const integer numerator = (power(10, 20001) - 1) / 9;
+  const rational expected = normcheck::fraction(numerator, power(10, 10000));
+  CHECK(sum.value() == expected);
+}

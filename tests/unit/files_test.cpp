@@ -1,14 +1,18 @@
 // Reading input files (io/files.hpp): a regular file is read whole (mapped); anything else is io_error, a
-// file above the size limit limit_exceeded, and a file that changes size while read io_error. The atomic writer has its own tests in tests/hardening/.
+// file above the size limit limit_exceeded, and a file that changes while read (its size, its inode, its
+// modification or change time) io_error. The atomic writer has its own tests in tests/hardening/.
 
 #include "normcheck/io/files.hpp"
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -102,4 +106,87 @@ TEST_CASE("an empty file is read, not mapped") {
   const normcheck::input_text input = normcheck::open_input(file.path);
   CHECK(input.view().empty());
   CHECK_NOTHROW(input.require_unchanged());
+}
+
+namespace {
+
+// Moves the file's modification and change times to the past, so that a write now moves them whatever the
+// clock tick of the file system's timestamps.
+void age(const std::filesystem::path& path) {
+  const struct timespec past[2] = {{946684800, 0}, {946684800, 0}};  // 2000-01-01
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), past, 0) == 0);
+}
+
+// Rewrites `path` in place (same inode, same size) with `content`.
+void rewrite_in_place(const std::filesystem::path& path, std::string_view content) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, content.data(), content.size(), 0) == static_cast<ssize_t>(content.size()));
+  ::close(fd);
+}
+
+std::string rejection_of(const normcheck::input_text& input) {
+  try {
+    input.require_unchanged();
+  } catch (const normcheck::error& e) {
+    return std::string(normcheck::code_name(e.code())) + ": " + e.message();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a file rewritten in place at the same size while it is read is reported changed") {
+  SUBCASE("mapped") {
+    std::string before(64 * 1024, ' ');
+    before.front() = '{';
+    before.back() = '}';
+    std::string after = before;
+    after[1] = '\n';
+    const scratch_file file("rewritten_mapped.json", before);
+    age(file.path);
+    const normcheck::input_text input = normcheck::open_input(file.path);
+    rewrite_in_place(file.path, after);
+    const std::string rejected = rejection_of(input);
+    CHECK(rejected.rfind("io_error: ", 0) == 0);
+    CHECK(rejected.find("modified while it was read") != std::string::npos);
+  }
+  SUBCASE("small") {
+    const scratch_file file("rewritten_small.json", "{\"a\": 1}\n");
+    age(file.path);
+    const normcheck::input_text input = normcheck::open_input(file.path);
+    rewrite_in_place(file.path, "{\"a\": 2}\n");
+    CHECK(rejection_of(input).rfind("io_error: ", 0) == 0);
+  }
+  SUBCASE("a file only touched (its times moved, the content the same) is reported too") {
+    const scratch_file file("touched.json", "{\"a\": 1}\n");
+    age(file.path);
+    const normcheck::input_text input = normcheck::open_input(file.path);
+    REQUIRE(::utimensat(AT_FDCWD, file.path.c_str(), nullptr, 0) == 0);
+    CHECK(rejection_of(input).rfind("io_error: ", 0) == 0);
+  }
+  SUBCASE("an untouched file is not") {
+    const scratch_file file("untouched.json", "{\"a\": 1}\n");
+    age(file.path);
+    const normcheck::input_text input = normcheck::open_input(file.path);
+    CHECK(rejection_of(input).empty());
+  }
+}
+
+TEST_CASE("a file replaced by a rename while it is read is reported replaced") {
+  const scratch_file file("replaced.json", "{\"a\": 1}\n");
+  const scratch_file other("replacement.json", "{\"a\": 2}\n");
+  const normcheck::input_text input = normcheck::open_input(file.path);
+  std::filesystem::rename(other.path, file.path);
+  // The descriptor still reads the old inode, which no name holds now: its link count and change time moved.
+  CHECK(rejection_of(input).rfind("io_error: ", 0) == 0);
+}
+
+TEST_CASE("a file that says it is empty but holds text (/proc, /sys) is read to its end") {
+  REQUIRE(std::filesystem::file_size("/proc/self/status") == 0);
+  const std::string status = normcheck::load_file("/proc/self/status");
+  CHECK(status.find("Pid:") != std::string::npos);
+  reader_limits limits;
+  limits.max_file_size = 16;
+  CHECK_THROWS_AS(normcheck::load_file("/proc/self/status", limits), normcheck::error);
 }

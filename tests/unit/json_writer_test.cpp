@@ -41,12 +41,26 @@ TEST_CASE("json_quote escapes what a terminal or a strict consumer must not see 
   }
 }
 
-TEST_CASE("bytes that are not UTF-8 become lone surrogates U+DC80..U+DCFF, one per byte") {
-  CHECK(json_quote("\xFF\xFE") == R"("\udcff\udcfe")");
-  CHECK(json_quote("a\xC3") == R"("a\udcc3")");                 // a sequence cut short
-  CHECK(json_quote("\xC0\xAF") == R"("\udcc0\udcaf")");          // an overlong '/'
-  CHECK(json_quote("\xED\xA0\x80") == R"("\udced\udca0\udc80")");  // an encoded surrogate
-  CHECK(json_quote("\xF4\x90\x80\x80") == R"("\udcf4\udc90\udc80\udc80")");  // above U+10FFFF
+TEST_CASE("bytes that are not UTF-8 are shown as backslash-x and two hex digits, never as lone surrogates") {
+  CHECK(json_quote("\xFF\xFE") == R"("\\xff\\xfe")");
+  CHECK(json_quote("a\xC3") == R"("a\\xc3")");                 // a sequence cut short
+  CHECK(json_quote("\xC0\xAF") == R"("\\xc0\\xaf")");          // an overlong '/'
+  CHECK(json_quote("\xED\xA0\x80") == R"("\\xed\\xa0\\x80")");  // an encoded surrogate
+  CHECK(json_quote("\xF4\x90\x80\x80") == R"("\\xf4\\x90\\x80\\x80")");  // above U+10FFFF
+  CHECK(json_quote("\xFF").find("\\ud") == std::string::npos);
+}
+
+TEST_CASE("a name is written reversibly: its own backslashes doubled, its bytes that are not UTF-8 escaped") {
+  auto written = [](std::string_view name) {
+    std::string out;
+    normcheck::json_writer(out).begin_object().member("file", normcheck::json_name{name}).end_object();
+    return out;
+  };
+  CHECK(written("cases/a.json") == R"({"file": "cases/a.json"})");
+  CHECK(written("a\xFF.json") == R"({"file": "a\\xff.json"})");
+  // The name that is spelled with a backslash, an x and two hexadecimal digits stays apart from it.
+  CHECK(written("a\\xff.json") == R"({"file": "a\\\\xff.json"})");
+  CHECK(written("tab\there") == R"({"file": "tab\\there"})");
 }
 
 TEST_CASE("decode_utf8 takes well-formed sequences and refuses the rest a byte at a time") {

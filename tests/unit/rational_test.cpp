@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -338,4 +339,24 @@ TEST_CASE("shorten leaves short text alone and cuts long digit runs to their end
   const std::string just_long = std::string(70, '5');
   CHECK(normcheck::shorten(just_long) == "55555555…55555555 (70 digits)");
   CHECK(normcheck::shorten(just_long, 100) == just_long);
+}
+
+TEST_CASE("fraction builds the canonical rational of a numerator and a denominator") {
+  CHECK(normcheck::fraction(2, 4) == ratio(1, 2));
+  CHECK(normcheck::is_canonical(normcheck::fraction(2, 4)));
+  CHECK(normcheck::to_string(normcheck::fraction(2, 4)) == "1/2");
+  CHECK(normcheck::to_string(normcheck::fraction(1, -2)) == "-1/2");
+  CHECK(normcheck::to_string(normcheck::fraction(0, -7)) == "0");
+  const integer big = power(10, 40);
+  CHECK(normcheck::to_string(normcheck::fraction(big * 6, big * 4)) == "3/2");
+  CHECK_THROWS_AS(normcheck::fraction(1, 0), std::domain_error);
+}
+
+TEST_CASE("the reason for the door: Boost builds a rational from text without canonicalizing it") {
+  // Boost 1.74's mpq_rational("2/4") keeps 2/4 (mpq_set_str does not canonicalize); read_number does.
+  const rational from_text("2/4");
+  const bool boost_canonicalizes = normcheck::is_canonical(from_text);
+  MESSAGE("Boost's string constructor " << (boost_canonicalizes ? "canonicalizes" : "does not canonicalize"));
+  CHECK(normcheck::is_canonical(string_number("2/4")));
+  CHECK(string_number("2/4") == normcheck::fraction(1, 2));
 }

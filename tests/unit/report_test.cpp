@@ -6,6 +6,8 @@
 #include "normcheck/check/junit_report.hpp"
 #include "normcheck/check/text_report.hpp"
 
+#include "normcheck/core/utf8.hpp"
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -178,9 +180,11 @@ TEST_CASE("JSON keeps long fractions whole") {
 }
 
 TEST_CASE("file names and messages are escaped in JSON") {
+  // The name as the text report spells it, reversibly: its backslash doubled, its controls escaped.
   const std::string name = "we\"ird\\name\t\x01.json";
   const json report = json::parse(json_text({normcheck::check_text(rejected_text, name)}))["reports"][0];
-  CHECK(str(report["file"]) == name);
+  CHECK(str(report["file"]) == normcheck::escaped_name(name));
+  CHECK(str(report["file"]) == "we\"ird\\\\name\\t\\x01.json");
 }
 
 TEST_CASE("the JSON report stays valid UTF-8 when a message quotes a long non-ASCII literal") {

@@ -90,10 +90,20 @@ unsigned available_cores();
 /// searched for its `expect_error` ("" when it could not be read at all).
 void judge_rejection(file_report& report, const error& e, std::string_view text, const reader_limits& limits);
 
+/// What every report normcheck writes declares as its format, followed by its version ("normcheck-report/1").
+inline constexpr std::string_view report_format_family = "normcheck-report/";
+
+/// Whether the file at `path` is a report normcheck wrote (its format is `normcheck-report/…`). Reads its
+/// first 4 KiB; false for anything it cannot read.
+bool is_report_document(const std::filesystem::path& path);
+
 /// The files a command line names: files as given, directories walked recursively for `*.json`,
 /// sorted. A path that does not exist, and a subdirectory the walk cannot enter, is kept so that its
-/// check reports it (io_error): nothing is skipped silently.
-std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths);
+/// check reports it (io_error): nothing is skipped silently. When `skipped_reports` is given, the reports
+/// of earlier runs found in the directories (`--json` or `--output` written into the folder) are left out
+/// and listed there instead, for the caller to say so; a report named as a file is kept.
+std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& paths,
+                                                  std::vector<std::filesystem::path>* skipped_reports = nullptr);
 
 /// Whether a gradient equals the objective (`global_mean`); false when undefined.
 bool equals_objective(const gradient_set& gradients, strategy s);

@@ -43,6 +43,8 @@ class error : public std::runtime_error {
 public:
   error(error_code code, std::string message, std::optional<location> where = std::nullopt);
 
+  /// The message, as `message()` (kept current by `mark_cut_off_later`).
+  const char* what() const noexcept override { return message_.c_str(); }
   /// The stable code.
   error_code code() const noexcept { return code_; }
   /// The message without location.

@@ -3,8 +3,9 @@
 /// Exact summation of literals without a gcd per addition: decimal and binary literals are
 /// integers scaled by 2^a·5^b, so they are added as integers and turned into one canonical rational
 /// at the end. Literals whose significand fits in 64 bits (the usual case) are added in machine
-/// integers, one 128-bit sum per scale, and reach GMP only when the sum is asked for; the others at
-/// the smallest scale seen so far in a GMP integer; fractions p/q as rationals.
+/// integers, one 128-bit sum per scale, and reach GMP only when the sum is asked for; the others in one
+/// GMP integer per scale; fractions p/q as rationals. The scales meet only when the sum is asked for,
+/// halves first, so that many distinct exponents cost quasi-linear time in the digits of the result.
 
 #include "normcheck/core/rational.hpp"
 
@@ -106,10 +107,23 @@ private:
 
   std::array<bucket, bucket_count> buckets_;
   std::uint32_t used_ = 0;  // bit i: buckets_[i] holds a scale
-  integer scaled_;          // Σ of scaled literals, in units of 2^exp2_ · 5^exp5_
-  std::int64_t exp2_ = 0;
-  std::int64_t exp5_ = 0;
-  bool any_scaled_ = false;
+  // A literal whose significand passes 64 bits, at its own scale.
+  struct large_term {
+    integer value;
+    std::int64_t exp2;
+    std::int64_t exp5;
+  };
+  static bool finer(std::int64_t a2, std::int64_t a5, std::int64_t b2, std::int64_t b5) noexcept;
+  static std::size_t compact(std::vector<bucket>& sums);
+  std::size_t compact_large();
+
+  // What no bucket holds, each sum at its own scale: nothing is rescaled until `value`, which brings the
+  // scales together in a balanced way. Each list is merged to one entry per scale whenever it has doubled,
+  // so that it holds about as many entries as distinct scales, not as many as literals.
+  std::vector<bucket> spilled_;  // machine sums displaced from the buckets
+  std::size_t spilled_compacted_ = 0;
+  std::vector<large_term> large_;
+  std::size_t large_compacted_ = 0;
   tree_sum fractions_;
 };
 

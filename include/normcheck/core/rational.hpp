@@ -4,9 +4,13 @@
 ///
 /// Invariant, assumed and preserved by every function of normcheck: a `rational` is canonical,
 /// that is, numerator and denominator are coprime and the denominator is positive (zero is 0/1).
-/// GMP's mpq functions keep it; the only place that builds a rational from parts is `to_rational`,
-/// which canonicalizes. Name the type (`rational x = a + b;`), never `auto`: Boost.Multiprecision
-/// returns expression templates that may refer to temporaries.
+/// GMP's arithmetic keeps it; building one from a string or from parts does not always (Boost 1.74 keeps
+/// `mpq_rational("2/4")` as 2/4, GMP's mpq_set_num/mpq_set_den leave it to the caller). So this file is the
+/// one door: text becomes a rational only through `parse_literal`/`read_number`, a numerator and a
+/// denominator only through `fraction` (and `to_rational` for a literal's parts), each canonicalizing;
+/// tests/architecture/rational_door.py finds any other construction in the library. Name the type
+/// (`rational x = a + b;`), never `auto`: Boost.Multiprecision returns expression templates that may
+/// refer to temporaries.
 
 #include <boost/multiprecision/gmp.hpp>
 
@@ -50,6 +54,10 @@ literal_parts parse_literal(std::string_view text, literal_form form, const numb
 
 /// The canonical rational of a literal's parts.
 rational to_rational(const literal_parts& parts);
+
+/// The canonical rational numerator/denominator. A zero denominator is a defect of the caller, not of any
+/// input: it throws std::domain_error (an internal error).
+rational fraction(const integer& numerator, const integer& denominator);
 
 /// Reads an exact number from text: `to_rational(parse_literal(text, form, limits))`.
 rational read_number(std::string_view text, literal_form form, const number_limits& limits = {});

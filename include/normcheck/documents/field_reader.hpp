@@ -11,10 +11,12 @@
 #include "normcheck/io/json_reader.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace normcheck {
 
@@ -39,6 +41,41 @@ private:
   std::uint64_t kept_bits_ = 0;
   std::uint64_t fraction_bits_ = 0;
   std::set<std::string, std::less<>> denominators_;  // distinct odd-and-not-5 parts, in base 32
+};
+
+/// One member an object may have: its key, and what reads its value (called with the key, the reader
+/// standing at the value).
+struct member_reader {
+  std::string_view key;
+  std::function<void(std::string_view key)> read;
+};
+
+/// Keys an object must have together, and the schema_error when one of them is missing.
+struct required_members {
+  std::vector<std::string_view> keys;
+  std::string message;
+  std::optional<std::uint64_t> offset;  ///< where the error points; the object's own offset when empty
+};
+
+/// An object with known keys, said once: its members, what an unknown key's message says after the key
+/// (where it is and which keys it has: "in a step (a step has ranks and repeat)"), and the keys it needs.
+struct object_shape {
+  std::vector<member_reader> members;
+  std::string unknown;
+  std::vector<required_members> required;  ///< checked in order, once every member is read
+};
+
+/// The members `read_members` met, by key.
+class members_seen {
+public:
+  /// Whether the member `key` was present.
+  bool has(std::string_view key) const;
+  /// Whether every one of `keys` was present.
+  bool has_all(const std::vector<std::string_view>& keys) const;
+
+private:
+  friend class field_reader;
+  std::vector<std::string_view> keys_;  // the shape's own spellings, which outlive the reader's buffers
 };
 
 /// A json_reader with the typed reads of a document's fields.
@@ -94,6 +131,16 @@ public:
 
   /// Fails with a schema_error at the key last read: an unknown key, and the keys `where` has.
   [[noreturn]] void fail_unknown_key(std::string_view key, std::string_view where_and_known);
+
+  /// Reads the members of the object that is the next value (the caller has made sure it is an object) as
+  /// `shape` says: each known key by its reader, any other key `fail_unknown_key(key, shape.unknown)`, a
+  /// key written twice the JSON reader's schema_error. Returns what it met; `require` then checks it.
+  members_seen read_members(const object_shape& shape);
+  /// Checks `shape.required` against what `read_members` met in the object at `object_offset`: the first
+  /// group with a missing key fails with its message.
+  void require(const object_shape& shape, const members_seen& seen, std::uint64_t object_offset) const;
+  /// `read_members` then `require`, for the object at the reader's position; returns what it met.
+  members_seen read_object(const object_shape& shape);
 
 private:
   exact_budget* budget_ = nullptr;

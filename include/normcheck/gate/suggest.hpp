@@ -47,14 +47,19 @@ using update_counts = std::vector<std::vector<std::uint64_t>>;
 inline constexpr std::size_t counts_max_ranks = 4096;
 inline constexpr std::size_t counts_max_microbatches = 4096;
 inline constexpr std::uint64_t counts_max_tokens = 10'000'000;
+/// Most microbatches over all ranks that `suggest --counts` accepts: each target it tries costs a pass over
+/// all of them, and this many stay within seconds.
+inline constexpr std::size_t counts_max_total_microbatches = 16'384;
 
 /// Reads `{"counts": [[n00, n01, ...], [n10, ...], ...]}`. Throws `error` (schema_error, limit_exceeded, …)
 /// located at the value.
 update_counts read_counts(std::string_view text, std::string source, const reader_limits& limits = {});
 
 /// Chooses integer targets for exactly these counts (θ = 0, no padding): one value per microbatch from
-/// [−8, 8] (exact in every dtype), the assignment that separates best, with the mistakes these counts
-/// cannot separate whatever the targets listed in `inseparable` and `ambiguous`. Deterministic.
+/// [−8, 8] (exact in every dtype), the assignment that separates best among 400 tries (fewer beyond 256
+/// microbatches, at least 8), with the mistakes these counts cannot separate whatever the targets listed in
+/// `inseparable` and `ambiguous`. Deterministic; time and memory linear in the microbatches for a given
+/// number of tries. Throws `error(limit_exceeded)` beyond `counts_max_total_microbatches`.
 suggestion suggest_for_counts(const update_counts& counts, dtype type);
 
 /// The separation the gate needs a suggestion to reach: 100 bounds.

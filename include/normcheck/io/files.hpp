@@ -6,14 +6,27 @@
 
 #include "normcheck/io/json_reader.hpp"
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace normcheck {
 
 /// How errors and reports name standard input, which commands read for the path "-".
 inline constexpr std::string_view standard_input_name = "<stdin>";
+
+/// What identifies a file and its content when it is opened, compared again after it is read.
+struct file_identity {
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  std::uint64_t size = 0;
+  std::int64_t modified_seconds = 0;
+  std::int64_t modified_nanoseconds = 0;
+  std::int64_t changed_seconds = 0;
+  std::int64_t changed_nanoseconds = 0;
+};
 
 /// The text of an input: a regular file mapped read-only, so that it is neither copied nor held in
 /// anonymous memory, or standard input (and the rare file that cannot be mapped) read into memory.
@@ -28,9 +41,12 @@ public:
 
   /// The text; valid while this object lives.
   std::string_view view() const noexcept;
-  /// Throws `error(io_error)` naming the file when it changed size since it was opened. A file that shrinks
-  /// under its mapping reads as zeros past its new end instead of ending the process with SIGBUS, so
-  /// whatever was read from it must be set aside when this throws.
+  /// Throws `error(io_error)` naming the file when it changed since it was opened: another size, another
+  /// inode (replaced by a rename), or a modification or change time that moved (rewritten in place, even at
+  /// the same size). A file that shrinks under its mapping reads as zeros past its new end instead of ending
+  /// the process with SIGBUS, so whatever was read from it must be set aside when this throws. A write
+  /// within the clock tick of the open that leaves the size alone is seen only where the file system's
+  /// timestamps are finer than that tick.
   void require_unchanged() const;
 
 private:
@@ -43,6 +59,7 @@ private:
   std::size_t size_ = 0;
   int fd_ = -1;
   int slot_ = -1;  // where the mapping is watched for SIGBUS
+  file_identity seen_;  // the file as it was opened
 };
 
 /// Opens an input as `load_file` reads it (the same checks and errors), mapping a regular file.
@@ -60,6 +77,12 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
 /// device, a FIFO or an open descriptor (/dev/stdout) is written through, never replaced. A directory or a
 /// block device is an `io_error`, and so is any failure, naming the path; an empty path is `usage_error`.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+/// Throws `error(usage_error)` when `output` (the value of `option`, e.g. "--output") is the same file as one
+/// of `inputs`, links followed: a report written there would replace a document it is about. An output
+/// that does not exist yet, or is not a regular file (/dev/stdout), names no input.
+void refuse_output_over_inputs(std::string_view option, const std::filesystem::path& output,
+                               const std::vector<std::filesystem::path>& inputs);
 
 /// While it lives, SIGTERM and SIGINT first remove the file at `path`, then end the process as they would
 /// have. One guard at a time; the previous handlers come back when it ends.

@@ -89,6 +89,9 @@ public:
   const std::string& source() const noexcept { return source_; }
   /// The limits in force.
   const reader_limits& limits() const noexcept { return limits_; }
+  /// The arrays and objects open where the reader stands (entering one more beyond `limits().max_depth`
+  /// is limit_exceeded).
+  std::size_t depth() const noexcept { return levels_.size(); }
   /// Line and column of a byte offset.
   location locate(std::uint64_t offset) const;
   /// Throws `error(code, message)` located at `offset`, marked `truncated()` when the input is cut off.

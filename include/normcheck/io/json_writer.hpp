@@ -2,11 +2,14 @@
 /// \file io/json_writer.hpp
 /// The one JSON writer: every report and document normcheck prints as JSON is written through it.
 ///
-/// Its output is valid JSON whatever bytes it is given. In strings, `"` and `\` are escaped, and so are
-/// controls (C0, DEL, C1) and non-characters, as \uXXXX. A byte that does not begin well-formed UTF-8
-/// (a file name is any bytes) is written as the lone surrogate \udcXX, XX the byte: the convention of
-/// Python's "surrogateescape", so `json.loads(report)[...].encode("utf-8", "surrogateescape")` gives the
-/// original bytes back. Exact numbers are written as canonical strings ("-3/2"), never as JSON floats.
+/// Its output is valid JSON and valid UTF-8 whatever bytes it is given, and no string it writes decodes to
+/// a lone surrogate. In strings, `"` and `\` are escaped, and so are controls (C0, DEL, C1) and
+/// non-characters, as \uXXXX. A byte that does not begin well-formed UTF-8 is shown as the four characters
+/// `\xNN`. Names (a file name is any bytes) are written with `name`, reversibly: as `escaped_name` gives
+/// them (the text report's spelling: every backslash of the name doubled, a byte that is not UTF-8 as
+/// `\xNN`, a control as `\n`, `\t`, `\r` or `\xNN`, a non-character as `\u{XXXX}`), so that undoing those
+/// escapes gives the original bytes back. Exact numbers are written as canonical strings ("-3/2"), never as
+/// JSON floats.
 
 #include "normcheck/core/rational.hpp"
 
@@ -30,6 +33,11 @@ enum class json_layout {
   lines,    ///< one element per line, indented two spaces per enclosing `lines` container
 };
 
+/// A member value to be written with `json_writer::name`: `member("file", json_name{path})`.
+struct json_name {
+  std::string_view bytes;
+};
+
 /// Writes one JSON value (usually an object) into a string, token by token. Misuse (a member without
 /// a key, an unclosed container) is a programming error and asserts.
 class json_writer {
@@ -50,6 +58,8 @@ public:
 
   /// A string, escaped as the file comment says.
   json_writer& string(std::string_view text);
+  /// A name that may hold any bytes (a file name), written reversibly as `escaped_name` spells it.
+  json_writer& name(std::string_view text);
   /// An unsigned integer.
   json_writer& number(std::uint64_t value);
   /// A boolean.
@@ -78,6 +88,7 @@ private:
   json_writer& write(std::string_view text) { return string(text); }
   json_writer& write(const char* text) { return string(text); }
   json_writer& write(const std::string& text) { return string(text); }
+  json_writer& write(const json_name& text) { return name(text.bytes); }
   json_writer& write(bool value) { return boolean(value); }
   json_writer& write(std::uint64_t value) { return number(value); }
   json_writer& write(std::uint32_t value) { return number(value); }

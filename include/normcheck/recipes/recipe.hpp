@@ -88,6 +88,7 @@ private:
     std::size_t end = 0;
   };
   friend class recipe_parser;
+  friend struct recipe_algebra;  // recipes/divisors: the divisors as polynomials, for prove
 
   recipe_value evaluate_node(int index, const count_values& values) const;
   std::pair<unsigned, unsigned> degree_of(int index) const;
