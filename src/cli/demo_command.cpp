@@ -57,6 +57,11 @@ outcome run_demo_command(const demo_options& options) {
     const std::string text = load_file(options.partition_file);
     require_kind(text, document_kind::partition, "demo --partition", options.partition_file);
     partition_file file = read_partition(text, options.partition_file, {}, standard_sections());
+    if (counts_sequences(file.update.objective) || file.update.objective == objective_kind::constant)
+      throw error(error_code::usage_error,
+                  "the demos teach the token mean, but " + escaped_name(options.partition_file) + " declares \"" +
+                      std::string(objective_name(file.update.objective)) +
+                      "\": normcheck reference checks that objective, and normcheck check judges the file");
     demo_input from_file;
     from_file.update = std::move(file.update);
     from_file.origin = escaped_name(options.partition_file) + (file.description.empty() ? "" : " (" + printable(file.description) + ")");

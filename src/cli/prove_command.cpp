@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/utf8.hpp"
 #include "normcheck/io/files.hpp"
 #include "normcheck/recipes/prove.hpp"
 
@@ -36,11 +37,11 @@ outcome run_prove(const prove_options& options) {
   if (options.reducer != "mean" && options.reducer != "sum")
     throw error(error_code::usage_error, "--reducer must be mean or sum, not \"" + options.reducer + "\"");
   r.reducer = options.reducer == "mean" ? reducer_kind::mean : reducer_kind::sum;
-  if (options.objective != "token_mean" && options.objective != "weighted_token_mean")
+  const std::optional<objective_kind> named = objective_from_name(options.objective);
+  if (!named)
     throw error(error_code::usage_error,
-                "--objective must be token_mean or weighted_token_mean, not \"" + options.objective + "\"");
-  const objective_kind objective =
-      options.objective == "token_mean" ? objective_kind::token_mean : objective_kind::weighted_token_mean;
+                "--objective must be " + objective_alternatives() + ", not \"" + printable(options.objective) + "\"");
+  const objective_kind objective = *named;
 
   const proof_result result = prove_recipe(r, objective);
   std::cout << "recipe \"" << r.scale.text() << "\" under the " << reducer_name(r.reducer) << " reducer, objective "
@@ -52,13 +53,18 @@ outcome run_prove(const prove_options& options) {
     return outcome::holds;
   }
   const recipe_counterexample& example = *result.counterexample;
-  std::cout << "  smallest counterexample: " << describe(example.where) << " (rank 0, microbatch 0)\n";
+  const bool in_sequence = example.where.sequences && example.where.sequences->declared;
+  std::cout << "  smallest counterexample: " << describe(example.where)
+            << (in_sequence ? " (rank 0, microbatch 0, its first sequence)\n" : " (rank 0, microbatch 0)\n");
   if (result.verdict == proof_verdict::divides_by_zero) {
     std::cout << "  the scale divides by " << example.zero_divisor << ", which is 0 there\n";
+    if (example.where.sequences && example.where.sequences->group_tokens == 0 && example.scale == std::nullopt &&
+        r.scale.uses(count_variable::n_s))
+      std::cout << "  a group without valid tokens (an empty sequence, a fully masked response) has no mean: code "
+                   "that divides by its count must guard that division\n";
   } else {
     std::cout << "  the scale there is c = " << shown(example.scale) << ", but the objective needs c/"
-              << (r.reducer == reducer_kind::mean ? "W" : "1") << " = 1/"
-              << (objective == objective_kind::weighted_token_mean ? "M" : "N") << "\n";
+              << (r.reducer == reducer_kind::mean ? "W" : "1") << " = " << objective_weight(objective) << "\n";
   }
   std::cout << "  on this partition the recipe's gradient is " << shown(example.recipe_gradient)
             << " and the objective's is " << shown(example.objective) << "\n";
@@ -81,11 +87,14 @@ void add_prove_command(CLI::App& app, action& run) {
   CLI::App* prove = app.add_subcommand(
       "prove", "Decide whether a normalization recipe gives the objective's gradient on every partition");
   prove->add_option("--scale", options->scale,
-                    "The scale each microbatch multiplies its loss sum by, e.g. \"W / N\" (counts: W, N, n_r, n_m, G; "
-                    "weighted: M, m_r, m_m)")
+                    "The scale each group (a sequence, or a microbatch without sequences) multiplies its loss sum by, e.g. "
+                    "\"W / N\" (counts: W, N, n_r, n_m, G; weighted: M, m_r, m_m; sequences: B, b_r, b_m, n_s; "
+                    "constant: C)")
       ->required();
   prove->add_option("--reducer", options->reducer, "mean (DDP's default) or sum")->capture_default_str();
-  prove->add_option("--objective", options->objective, "token_mean or weighted_token_mean")->capture_default_str();
+  prove->add_option("--objective", options->objective,
+                    "token_mean, weighted_token_mean, sequence_mean, sequence_sum_mean or constant")
+      ->capture_default_str();
   prove->add_option("--counterexample", options->counterexample, "Write the counterexample partition file here")
       ->check(output_path());
   prove->callback([&run, options] { run = [options] { return run_prove(*options); }; });

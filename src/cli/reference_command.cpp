@@ -1,4 +1,4 @@
-// normcheck reference: the nine reference checks of the derivation.
+// normcheck reference: the nine reference checks of the derivation and the seven of the declared objectives.
 
 #include "commands.hpp"
 
@@ -13,7 +13,8 @@ namespace {
 outcome run_reference() {
   std::size_t passed = 0;
   std::size_t failed = 0;
-  const std::vector<reference_check> checks = run_reference_checks();
+  std::vector<reference_check> checks = run_reference_checks();
+  for (reference_check& check : run_objective_checks()) checks.push_back(std::move(check));
   for (std::size_t i = 0; i < checks.size(); ++i) {
     const reference_check& check = checks[i];
     ++(check.passed ? passed : failed);
@@ -27,7 +28,7 @@ outcome run_reference() {
 }  // namespace
 
 void add_reference_command(CLI::App& app, action& run) {
-  CLI::App* reference = app.add_subcommand("reference", "Run the nine reference checks of the derivation");
+  CLI::App* reference = app.add_subcommand("reference", "Run the reference checks of the derivation and of the declared objectives");
   reference->callback([&run] { run = run_reference; });
 }
 

@@ -6,6 +6,7 @@
 #include "normcheck/gate/suggest.hpp"
 #include "normcheck/io/files.hpp"
 #include "normcheck/io/json_writer.hpp"
+#include "normcheck/recipes/prove.hpp"
 
 #include <iostream>
 #include <memory>
@@ -23,6 +24,19 @@ struct suggest_options {
   bool json = false;
   std::string output;
 };
+
+// The line on standard error that states the objective's normalization as a recipe `prove` decides.
+void describe_normalization(objective_kind objective) {
+  const bool sequences = counts_sequences(objective);
+  std::cerr << "normalization: every " << (sequences ? "sequence" : "microbatch") << " multiplies its loss sum by "
+            << objective_scale(objective, reducer_kind::mean) << " under DDP's mean reducer ("
+            << objective_scale(objective, reducer_kind::sum) << " under a summing one); normcheck prove --scale \""
+            << objective_scale(objective, reducer_kind::mean) << "\" --objective " << objective_name(objective)
+            << " decides it" << (objective == objective_kind::sequence_mean
+                                     ? "; a sequence without a valid token has no mean, so code guards that division"
+                                     : "")
+            << "\n";
+}
 
 // The closing lines on standard error: how far apart the closest pair is, and what cannot be separated.
 void describe_separation(const suggestion& s, bool enough) {
@@ -65,7 +79,8 @@ outcome run_suggest(const suggest_options& options) {
   if (!options.counts.empty()) {
     if (*objective != objective_kind::token_mean)
       throw error(error_code::usage_error,
-                  "--counts chooses targets for the token mean; a weighted step's weights come from its data");
+                  "--counts chooses targets for the token mean; a weighted step's weights and a sequence objective's "
+                  "sequences come from its data");
     refuse_output_over_inputs("--output", options.output, {options.counts});
     const std::string source = options.counts == "-" ? std::string(standard_input_name) : options.counts;
     const update_counts counts = read_counts(load_file(options.counts), source);
@@ -77,6 +92,9 @@ outcome run_suggest(const suggest_options& options) {
     s = suggest_partition(options.world_size, options.microbatches, *type, *objective);
     document.description = "Suggested by normcheck suggest for W = " + std::to_string(options.world_size) + ", " +
                            std::to_string(options.microbatches) + " microbatch(es) per rank, " +
+                           (counts_sequences(*objective) || *objective == objective_kind::constant
+                                ? "objective " + std::string(objective_name(*objective)) + ", "
+                                : std::string()) +
                            std::string(dtype_name(*type)) + ": the closest pair (" + s.closest_pair + ") is " +
                            approximate(s.separation) + " bounds apart.";
   }
@@ -87,6 +105,7 @@ outcome run_suggest(const suggest_options& options) {
   if (options.output.empty()) std::cout << text;
   else write_file_atomically(options.output, text);
   describe_separation(s, s.separation >= required_separation);
+  describe_normalization(*objective);
   if (!enough && s.inseparable.empty())
     std::cerr << "no partition of this shape separates every mistake: some mistakes compute values too close to "
                  "the objective or to each other for the dtype's bound\n";
@@ -111,7 +130,9 @@ void add_suggest_command(CLI::App& app, action& run) {
       ->excludes(world_size)
       ->excludes(microbatches);
   suggest->add_option("--dtype", options->type, "float64, float32, bfloat16, float16 or exact")->capture_default_str();
-  suggest->add_option("--objective", options->objective, "token_mean or weighted_token_mean (tokens get weights)")
+  suggest->add_option("--objective", options->objective,
+                      "token_mean, weighted_token_mean (tokens get weights), sequence_mean, sequence_sum_mean or "
+                      "constant (microbatches hold sequences)")
       ->capture_default_str();
   suggest->add_flag("--json", options->json,
                     "Print {\"partition\": ..., \"separation\", \"closest_pair\", \"inseparable\", \"ambiguous\", "

@@ -1,5 +1,6 @@
 #include "normcheck/documents/partition_writer.hpp"
 
+#include "normcheck/core/normalization.hpp"
 #include "normcheck/io/json_writer.hpp"
 
 #include <algorithm>
@@ -33,21 +34,40 @@ void write_tokens(json_writer& json, const std::vector<token>& tokens) {
   json.end_array();
 }
 
-// A rank's microbatches: one flat array for a single microbatch, an array of arrays otherwise.
-void write_microbatches(json_writer& json, const std::vector<std::vector<token>>& microbatches) {
-  if (microbatches.size() == 1) return write_tokens(json, microbatches.front());
+// The sequences of microbatch m of a rank, if it declares them.
+const std::vector<std::size_t>* lengths_of(const std::vector<std::vector<std::size_t>>* rank, std::size_t m) {
+  return rank && m < rank->size() && !(*rank)[m].empty() ? &(*rank)[m] : nullptr;
+}
+
+// One microbatch: its tokens, or {"sequences": [...]} when it declares sequences of these lengths.
+void write_microbatch(json_writer& json, const std::vector<token>& tokens, const std::vector<std::size_t>* lengths) {
+  if (!lengths) return write_tokens(json, tokens);
+  json.begin_object().key("sequences").begin_array();
+  std::size_t at = 0;
+  for (std::size_t length : *lengths) {
+    write_tokens(json, std::vector<token>(tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                                          tokens.begin() + static_cast<std::ptrdiff_t>(at + length)));
+    at += length;
+  }
+  json.end_array().end_object();
+}
+
+// A rank's microbatches: one for a single microbatch, an array of them otherwise.
+void write_microbatches(json_writer& json, const std::vector<std::vector<token>>& microbatches,
+                        const std::vector<std::vector<std::size_t>>* sequences) {
+  if (microbatches.size() == 1) return write_microbatch(json, microbatches.front(), lengths_of(sequences, 0));
   json.begin_array();
-  for (const std::vector<token>& tokens : microbatches) write_tokens(json, tokens);
+  for (std::size_t m = 0; m < microbatches.size(); ++m) write_microbatch(json, microbatches[m], lengths_of(sequences, m));
   json.end_array();
 }
 
 void write_rank(json_writer& json, const std::vector<std::vector<token>>& microbatches,
-                const std::vector<std::vector<token>>* weights) {
+                const std::vector<std::vector<token>>* weights, const std::vector<std::vector<std::size_t>>* sequences) {
   json.begin_object().key(microbatches.size() == 1 ? "targets" : "microbatches");
-  write_microbatches(json, microbatches);
+  write_microbatches(json, microbatches, sequences);
   if (weights) {
     json.key("weights");
-    write_microbatches(json, *weights);
+    write_microbatches(json, *weights, sequences);
   }
   json.end_object();
 }
@@ -69,8 +89,80 @@ void write_expect(json_writer& json, const std::vector<expectation>& expect) {
 }  // namespace
 
 partition to_partition(const token_partition& tokens) {
-  if (!tokens.weights.empty()) return make_weighted_partition(tokens.ranks, tokens.weights, tokens.theta, tokens.reducer);
-  return make_accumulated_partition(tokens.ranks, tokens.theta, tokens.reducer);
+  const bool weighted = !tokens.weights.empty();
+  if (weighted && tokens.objective != objective_kind::token_mean)
+    refuse(error_code::schema_error, "weights imply the weighted token mean; no other objective takes them");
+  if (!weighted && tokens.objective == objective_kind::weighted_token_mean)
+    refuse(error_code::schema_error, "the weighted token mean needs weights beside the tokens");
+  auto with_objective = [&](partition p) {
+    if (!weighted) p.objective = tokens.objective;
+    p.normalizer = tokens.normalizer;
+    return p;
+  };
+  if (tokens.sequences.empty()) {
+    if (weighted) return with_objective(make_weighted_partition(tokens.ranks, tokens.weights, tokens.theta, tokens.reducer));
+    return with_objective(make_accumulated_partition(tokens.ranks, tokens.theta, tokens.reducer));
+  }
+  if (tokens.sequences.size() != tokens.ranks.size())
+    refuse(error_code::schema_error, "sequences must list one entry per rank");
+  // Every sequence becomes a microbatch of its own, read as any microbatch is; the sequences of a microbatch are
+  // then joined again.
+  std::vector<std::vector<std::vector<token>>> split(tokens.ranks.size());
+  std::vector<std::vector<std::vector<token>>> split_weights(weighted ? tokens.ranks.size() : 0);
+  for (std::size_t r = 0; r < tokens.ranks.size(); ++r) {
+    const std::vector<std::vector<std::size_t>>& rank = tokens.sequences[r];
+    if (rank.size() != tokens.ranks[r].size() && !rank.empty())
+      refuse(error_code::schema_error, "rank " + std::to_string(r) + " lists sequences for another number of microbatches");
+    for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m) {
+      const std::vector<token>& all = tokens.ranks[r][m];
+      const std::vector<token>* all_weights =
+          weighted && r < tokens.weights.size() && m < tokens.weights[r].size() ? &tokens.weights[r][m] : nullptr;
+      const std::vector<std::size_t>* lengths = lengths_of(&rank, m);
+      if (!lengths) {
+        split[r].push_back(all);
+        if (weighted) split_weights[r].push_back(all_weights ? *all_weights : std::vector<token>{});
+        continue;
+      }
+      std::size_t at = 0;
+      for (std::size_t length : *lengths) {
+        if (length > all.size() - at)
+          refuse(error_code::schema_error, "the sequences of rank " + std::to_string(r) + ", microbatch " +
+                                               std::to_string(m) + " are longer than its tokens");
+        auto slice = [&](const std::vector<token>& from) {
+          if (from.size() < at + length) return std::vector<token>{};
+          return std::vector<token>(from.begin() + static_cast<std::ptrdiff_t>(at),
+                                    from.begin() + static_cast<std::ptrdiff_t>(at + length));
+        };
+        split[r].push_back(slice(all));
+        if (weighted) split_weights[r].push_back(all_weights ? slice(*all_weights) : std::vector<token>{});
+        at += length;
+      }
+      if (at != all.size())
+        refuse(error_code::schema_error, "the sequences of rank " + std::to_string(r) + ", microbatch " +
+                                             std::to_string(m) + " do not cover its tokens");
+    }
+  }
+  const partition flat = weighted ? make_weighted_partition(split, split_weights, tokens.theta, tokens.reducer)
+                                  : make_accumulated_partition(split, tokens.theta, tokens.reducer);
+  partition update;
+  update.theta = flat.theta;
+  update.reducer = flat.reducer;
+  update.objective = flat.objective;
+  for (std::size_t r = 0; r < tokens.ranks.size(); ++r) {
+    rank_stats& rank = update.ranks.emplace_back();
+    std::size_t next = 0;
+    for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m) {
+      const std::vector<std::size_t>* lengths = lengths_of(&tokens.sequences[r], m);
+      if (!lengths) {
+        rank.microbatches.push_back(flat.ranks[r].microbatches[next++]);
+        continue;
+      }
+      std::vector<group_stats> sequences;
+      for (std::size_t i = 0; i < lengths->size(); ++i) sequences.push_back(flat.ranks[r].microbatches[next++]);
+      rank.microbatches.push_back(make_sequenced_microbatch(std::move(sequences)));
+    }
+  }
+  return with_objective(std::move(update));
 }
 
 std::string write_document(const token_partition& tokens, const document_options& options) {
@@ -96,12 +188,27 @@ void write_document(json_writer& json, const token_partition& tokens, const docu
   // expect_error precedes the ranks: a reader finds it among the members before any syntax error.
   if (options.expect_error) json.member("expect_error", code_name(*options.expect_error));
   const bool weighted = !tokens.weights.empty();
-  if (weighted) {
-    (void)to_partition(tokens);  // refuses weights that do not fit the tokens
-    json.member("objective", objective_name(objective_kind::weighted_token_mean));
+  if (weighted || !tokens.sequences.empty() || tokens.objective != objective_kind::token_mean || tokens.normalizer != 0) {
+    // Refuses weights or sequences that do not fit the tokens, and an objective the counts cannot have.
+    const partition update = to_partition(tokens);
+    if (update.objective != objective_kind::weighted_token_mean && update.objective != objective_kind::token_mean &&
+        !objective_units::applies(update, update.objective))
+      refuse(error_code::schema_error, "the objective " + std::string(objective_name(update.objective)) +
+                                           (update.objective == objective_kind::constant
+                                                ? " needs a positive normalizer"
+                                                : " needs sequences in every microbatch that holds a valid token"));
+    if (update.objective != objective_kind::constant && update.normalizer != 0)
+      refuse(error_code::schema_error, "only the constant objective takes a normalizer");
+    if (update.objective != objective_kind::token_mean) json.member("objective", objective_name(update.objective));
+    if (update.objective == objective_kind::constant) {
+      json.key("normalizer");
+      write_literal(json, update.normalizer, "the normalizer");
+    }
   }
   json.key("ranks").begin_array(json_layout::lines);
-  for (std::size_t r = 0; r < tokens.ranks.size(); ++r) write_rank(json, tokens.ranks[r], weighted ? &tokens.weights[r] : nullptr);
+  for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
+    write_rank(json, tokens.ranks[r], weighted ? &tokens.weights[r] : nullptr,
+               tokens.sequences.empty() ? nullptr : &tokens.sequences[r]);
   json.end_array();
   if (options.declare_world_size) json.member("world_size", std::uint64_t{tokens.ranks.size()});
   json.member("reducer", reducer_name(tokens.reducer)).key("theta");

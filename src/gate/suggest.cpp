@@ -1,6 +1,8 @@
 #include "normcheck/gate/suggest.hpp"
 
+#include "normcheck/gate/bound.hpp"
 #include "normcheck/gate/gate.hpp"
+#include "normcheck/gate/weights.hpp"
 
 #include "core/deterministic_random.hpp"
 
@@ -29,6 +31,40 @@ struct candidate_set {
   std::vector<bool> is_strategy;
 };
 
+// Whether the objective counts sequences or divides by a declared constant: a suggestion then has sequences, and
+// code written for another objective is among the mistakes it separates.
+bool declared_objective(objective_kind objective) {
+  return counts_sequences(objective) || objective == objective_kind::constant;
+}
+
+// The computations the per-group gate knows beyond the scalar gate's mistakes (code written for another
+// objective, the diagnosed normalizations), each as the value its weights give the update and its bound: the
+// error factor times Σ_g |c_g|·(m_g·|θ| + Σw·|y|).
+void add_table_candidates(const partition& update, dtype type, candidate_set& set) {
+  const std::optional<rational> factor = error_factor(update, type, std::nullopt);
+  for (weight_candidate& c : weight_candidates(update)) {
+    const bool named = std::any_of(set.mistakes.begin(), set.mistakes.end(),
+                                   [&](const named_value& m) { return m.name == c.name; });
+    if (named) continue;
+    tree_sum value;
+    tree_sum magnitude;
+    std::size_t g = 0;
+    for (const rank_stats& rank : update.ranks)
+      for (const microbatch_stats& microbatch : rank.microbatches)
+        for (std::size_t i = 0; i < microbatch.group_count(); ++i, ++g) {
+          const group_stats& group = microbatch.group(i);
+          const rational& w = c.weights[g];
+          if (w == 0) continue;
+          value.add(w * (update.theta * group.mass() - group.weighted_target_sum()));
+          magnitude.add(abs(w) * (abs(update.theta) * group.mass() + group.weighted_target_abs_sum()));
+        }
+    std::optional<rational> bound;
+    if (factor) bound = *factor * magnitude.value();
+    set.mistakes.push_back({std::move(c.name), value.value(), std::move(bound)});
+    set.is_strategy.push_back(false);
+  }
+}
+
 candidate_set candidates_of(const partition& update, dtype type) {
   candidate_set set{{"the objective", *gradient(update, strategy::global_mean), objective_bound(update, type)}, {}, {}};
   for (const explanation& e : known_mistakes(update, type)) {
@@ -37,6 +73,7 @@ candidate_set candidates_of(const partition& update, dtype type) {
     set.mistakes.push_back({e.name, *value, e.bound});
     set.is_strategy.push_back(strategy_from_name(e.name).has_value());
   }
+  if (declared_objective(update.objective)) add_table_candidates(update, type, set);
   return set;
 }
 
@@ -227,7 +264,59 @@ bool equals_objective_everywhere(const update_counts& counts, const std::string&
 
 }  // namespace
 
+namespace {
+
+// A suggestion for an objective that counts sequences or divides by a constant: every microbatch holds one to
+// three sequences of one to four tokens, and the constant objective's normalizer is Dr. GRPO's B·L_max, the
+// update's sequences times the longest one.
+suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
+                                  objective_kind objective) {
+  constexpr int attempts = 200;
+  constexpr std::uint64_t most_sequences = 3;  // per microbatch
+  constexpr std::uint64_t most_tokens = 4;     // per sequence
+  detail::deterministic_random random(0xBF58476D1CE4E5B9ull);
+  suggestion best;
+  bool have_best = false;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    suggestion candidate;
+    candidate.type = type;
+    candidate.tokens.objective = objective;
+    std::uint64_t sequences = 0;
+    std::uint64_t longest = 0;
+    for (std::uint64_t r = 0; r < world_size; ++r) {
+      std::vector<std::vector<token>>& rank = candidate.tokens.ranks.emplace_back();
+      std::vector<std::vector<std::size_t>>& lengths = candidate.tokens.sequences.emplace_back();
+      for (std::uint64_t m = 0; m < microbatches; ++m) {
+        std::vector<token>& tokens = rank.emplace_back();
+        std::vector<std::size_t>& microbatch_lengths = lengths.emplace_back();
+        const std::uint64_t count = 1 + random.below(most_sequences);
+        for (std::uint64_t s = 0; s < count; ++s) {
+          const std::uint64_t length = 1 + random.below(most_tokens);
+          for (std::uint64_t i = 0; i < length; ++i) {
+            // Small integers: exact in every dtype, bfloat16 included.
+            const auto target = static_cast<long>(random.below(11)) - 4;
+            tokens.emplace_back(rational(target));
+          }
+          microbatch_lengths.push_back(static_cast<std::size_t>(length));
+          ++sequences;
+          longest = std::max(longest, length);
+        }
+      }
+    }
+    if (objective == objective_kind::constant) candidate.tokens.normalizer = rational(sequences * longest);
+    measure(candidate);
+    if (!have_best || candidate.separation > best.separation) {
+      best = std::move(candidate);
+      have_best = true;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective) {
+  if (declared_objective(objective)) return suggest_with_sequences(world_size, microbatches, type, objective);
   // Weights exact in every dtype, bfloat16 included; none is 0, so every token counts in the mass.
   const std::array<rational, 6> weights{fraction(1, 4), fraction(1, 2), fraction(3, 4),
                                         rational(1),    fraction(3, 2), rational(2)};

@@ -442,6 +442,27 @@ std::string place_of(const group_facts& f) {
 
 }  // namespace
 
+std::vector<weight_candidate> weight_candidates(const partition& update) {
+  std::vector<weight_candidate> out;
+  for (candidate& c : candidates_of(update)) {
+    // The whole table, group by group; a candidate undefined somewhere is no computation of this update.
+    std::vector<rational> weights;
+    bool defined = true;
+    for (std::size_t r = 0; r < update.ranks.size() && defined; ++r)
+      for (std::size_t m = 0; m < update.ranks[r].microbatches.size() && defined; ++m)
+        for (std::size_t g = 0; g < update.ranks[r].microbatches[m].group_count(); ++g) {
+          std::optional<rational> w = c.table.at({r, m, g});
+          if (!w) {
+            defined = false;
+            break;
+          }
+          weights.push_back(std::move(*w));
+        }
+    if (defined) out.push_back({std::move(c.name), std::move(weights)});
+  }
+  return out;
+}
+
 std::optional<std::string> replica_difference(const group_measurement& measurement) {
   auto first_difference = [](const std::vector<std::vector<observed_value>>& vectors,
                              std::string_view what) -> std::optional<std::string> {

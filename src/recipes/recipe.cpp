@@ -9,8 +9,8 @@ namespace normcheck {
 
 namespace {
 
-constexpr std::array<std::string_view, all_count_variables.size()> variable_names{"W", "N", "n_r", "n_m",
-                                                                                   "G", "M", "m_r", "m_m"};
+constexpr std::array<std::string_view, all_count_variables.size()> variable_names{
+    "W", "N", "n_r", "n_m", "G", "M", "m_r", "m_m", "B", "b_r", "b_m", "n_s", "C"};
 
 std::size_t index_of(count_variable v) { return static_cast<std::size_t>(v); }
 
@@ -139,7 +139,8 @@ private:
       const auto found = std::find(variable_names.begin(), variable_names.end(), name);
       if (found == variable_names.end())
         fail_at(start, "unknown name \"" + std::string(name) +
-                           "\": a recipe uses W, N, n_r, n_m, G (and M, m_r, m_m for weighted objectives)");
+                           "\": a recipe uses W, N, n_r, n_m, G (and M, m_r, m_m for weighted objectives; B, b_r, "
+                           "b_m, n_s for sequences; C for the constant objective)");
       const auto v = all_count_variables[static_cast<std::size_t>(found - variable_names.begin())];
       result = add({recipe_expression::kind::variable, 0, v, -1, -1, start, pos_});
     } else {
@@ -225,50 +226,78 @@ std::optional<count_variable> recipe_expression::mass_variable() const {
   return std::nullopt;
 }
 
+std::optional<count_variable> recipe_expression::sequence_variable() const {
+  for (count_variable v : {count_variable::B, count_variable::b_r, count_variable::b_m, count_variable::n_s})
+    if (uses(v)) return v;
+  return std::nullopt;
+}
+
 std::pair<unsigned, unsigned> recipe_expression::degree_bound() const { return degree_of(root_); }
 
 namespace {
 
-// The counts of a microbatch, given the update's and its rank's totals (computed once by the caller).
-count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::uint64_t valid_tokens,
-                       const rational& mass, std::uint64_t rank_tokens, const rational& rank_mass) {
+// The update's and a rank's counts, computed once per update and per rank.
+struct part_counts {
+  std::uint64_t valid_tokens;
+  rational mass;
+  std::uint64_t sequences;
+};
+
+// The counts of a group, given the update's and its rank's totals.
+count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::size_t g, const part_counts& all,
+                       const part_counts& rank_counts) {
   const rank_stats& rank = update.ranks[r];
+  const microbatch_stats& microbatch = rank.microbatches[m];
   count_values values;
   values[index_of(count_variable::W)] = update.world_size();
-  values[index_of(count_variable::N)] = valid_tokens;
-  values[index_of(count_variable::n_r)] = rank_tokens;
-  values[index_of(count_variable::n_m)] = rank.microbatches[m].valid_tokens;
+  values[index_of(count_variable::N)] = all.valid_tokens;
+  values[index_of(count_variable::n_r)] = rank_counts.valid_tokens;
+  values[index_of(count_variable::n_m)] = microbatch.valid_tokens;
   values[index_of(count_variable::G)] = rank.microbatches.size();
   // Masses are weight sums; without weights every token weighs 1 and they equal the counts.
-  values[index_of(count_variable::M)] = mass;
-  values[index_of(count_variable::m_r)] = rank_mass;
-  values[index_of(count_variable::m_m)] = rank.microbatches[m].mass();
+  values[index_of(count_variable::M)] = all.mass;
+  values[index_of(count_variable::m_r)] = rank_counts.mass;
+  values[index_of(count_variable::m_m)] = microbatch.mass();
+  values[index_of(count_variable::B)] = all.sequences;
+  values[index_of(count_variable::b_r)] = rank_counts.sequences;
+  values[index_of(count_variable::b_m)] = microbatch.sequence_count();
+  values[index_of(count_variable::n_s)] = microbatch.group(g).valid_tokens;
+  values[index_of(count_variable::C)] = update.normalizer;
   return values;
 }
 
+part_counts counts_of(const partition& update) {
+  return {update.valid_tokens(), update.mass(), update.sequence_count()};
+}
+
+part_counts counts_of(const rank_stats& rank) { return {rank.valid_tokens(), rank.mass(), rank.sequence_count()}; }
+
 }  // namespace
 
-count_values counts_at(const partition& update, std::size_t r, std::size_t m) {
-  const rank_stats& rank = update.ranks[r];
-  return counts_at(update, r, m, update.valid_tokens(), update.mass(), rank.valid_tokens(), rank.mass());
+count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::size_t g) {
+  return counts_at(update, r, m, g, counts_of(update), counts_of(update.ranks[r]));
 }
 
 recipe_value recipe_gradient(const partition& update, const recipe& r) {
-  // Totals once, so that the cost is linear in the microbatches.
-  // Σ c·Sₘ = θ·Σ c·mₘ − Σ c·Σw·y: θ once, each sum added in a balanced tree.
-  const std::uint64_t valid_tokens = update.valid_tokens();
-  const rational mass = update.mass();
+  // Totals once, so that the cost is linear in the groups. Σ c·S_g = θ·Σ c·m_g − Σ c·Σw·y: θ once, each sum
+  // added in a balanced tree. A scale that does not read n_s is the same for every group of a microbatch, so it
+  // is computed once per microbatch and multiplies the microbatch's sums.
+  const bool per_group = r.scale.uses(count_variable::n_s);
+  const part_counts all = counts_of(update);
   tree_sum scaled_masses;
   tree_sum scaled_sums;
   for (std::size_t rank = 0; rank < update.ranks.size(); ++rank) {
-    const std::uint64_t rank_tokens = update.ranks[rank].valid_tokens();
-    const rational rank_mass = update.ranks[rank].mass();
+    const part_counts rank_counts = counts_of(update.ranks[rank]);
     for (std::size_t m = 0; m < update.ranks[rank].microbatches.size(); ++m) {
-      recipe_value scale = r.scale.evaluate(counts_at(update, rank, m, valid_tokens, mass, rank_tokens, rank_mass));
-      if (!scale.value) return scale;
       const microbatch_stats& microbatch = update.ranks[rank].microbatches[m];
-      scaled_masses.add(*scale.value * microbatch.mass());
-      scaled_sums.add(*scale.value * microbatch.weighted_target_sum());
+      const std::size_t groups = per_group ? microbatch.group_count() : 1;
+      for (std::size_t g = 0; g < groups; ++g) {
+        recipe_value scale = r.scale.evaluate(counts_at(update, rank, m, g, all, rank_counts));
+        if (!scale.value) return scale;
+        const group_stats& group = per_group ? microbatch.group(g) : microbatch;
+        scaled_masses.add(*scale.value * group.mass());
+        scaled_sums.add(*scale.value * group.weighted_target_sum());
+      }
     }
   }
   rational total = update.theta * scaled_masses.value();

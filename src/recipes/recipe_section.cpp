@@ -68,6 +68,12 @@ void recipe_section::settle(const partition_file& document, field_reader& in) {
                   ", a weight mass, but the objective is token_mean (set \"objective\": \"weighted_token_mean\" and "
                   "give weights)",
               offset_);
+  if (document.update.objective != objective_kind::constant && normalization_->scale.uses(count_variable::C))
+    in.fail(error_code::recipe_error,
+            "the recipe uses C, the declared normalizer, but the objective is " +
+                std::string(objective_name(document.update.objective)) +
+                " (set \"objective\": \"constant\" and \"normalizer\": C)",
+            offset_);
 }
 
 void recipe_section::judge(const partition_file& document, const gradient_set& gradients,

@@ -196,10 +196,7 @@ parameter_vector clip(const parameter_vector& gradient, const parameter_vector& 
   return out;
 }
 
-namespace {
-
-// One SGD step from `state` with the clipped gradient; the scheduler steps afterwards.
-replica_state sgd_step(const replica_state& state, const vector& applied, const rational& lr,
+replica_state sgd_step(const replica_state& state, const parameter_vector& applied, const rational& lr,
                        const optimizer_config& optimizer) {
   replica_state next = state;
   vector direction = applied;
@@ -214,6 +211,8 @@ replica_state sgd_step(const replica_state& state, const vector& applied, const 
   next.scheduler_position += 1;
   return next;
 }
+
+namespace {
 
 // The limbs of a number, 0 for 0.
 std::uint64_t limbs_of(const integer& value) {

@@ -185,7 +185,8 @@ demo_document accumulation_document(const accumulation_facts& f) {
         means.push_back(std::move(mean));
       }
       if (!defined) break;
-      rational value = sum_of(means) / means.size();
+      // (1/Gᵣ)·Σₘ Sᵣₘ/nᵣₘ, as the normalization table has it.
+      rational value = *local_scalar(p, "microbatch_mean", r);
       if (r < shown_terms)
         lines.push_back("rank " + std::to_string(r) + ": (1/Gᵣ)·Σₘ Sᵣₘ/nᵣₘ = " + sum_text(means) + " / " +
                         std::to_string(means.size()) + " = " + exact(value));
@@ -238,12 +239,10 @@ demo_document accumulation_document(const accumulation_facts& f) {
   }
   {
     demo_section s{"The update's N", {}};
-    const rational world_size(p.world_size());
-    const rational valid_tokens(p.valid_tokens());
     std::vector<rational> scaled;
     std::vector<std::string> items;
-    for (const rank_stats& rank : p.ranks) {
-      rational local = world_size * loss_gradient_sum(rank, p.theta) / valid_tokens;
+    for (std::size_t r = 0; r < p.ranks.size(); ++r) {
+      rational local = *local_scalar(p, "scaled_sum", r);  // W·Sᵣ/N, as the normalization table has it
       items.push_back(exact(local));
       scaled.push_back(std::move(local));
     }

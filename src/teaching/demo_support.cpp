@@ -1,5 +1,7 @@
 #include "demo_support.hpp"
 
+#include "normcheck/core/normalization.hpp"
+
 namespace normcheck::demo_support {
 
 namespace {
@@ -163,6 +165,20 @@ demo_table rank_table(const demo_input& input) {
                           std::to_string(n), exact(s), mean ? exact(*mean) : std::string("undefined (nᵣ = 0)")});
   }
   return table;
+}
+
+std::optional<rational> local_scalar(const partition& p, std::string_view name, std::size_t rank) {
+  const objective_units units(p, p.objective);
+  const normalization& n = *find_normalization(name);
+  tree_sum total;
+  const rank_stats& stats = p.ranks[rank];
+  for (std::size_t m = 0; m < stats.microbatches.size(); ++m)
+    for (std::size_t g = 0; g < stats.microbatches[m].group_count(); ++g) {
+      const std::optional<rational> c = local_coefficient(units, n, {rank, m, g});
+      if (!c) return std::nullopt;
+      total.add(*c * loss_gradient_sum(stats.microbatches[m].group(g), p.theta));
+    }
+  return total.value();
 }
 
 std::string update_summary(const partition& p) {

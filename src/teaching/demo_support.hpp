@@ -46,6 +46,10 @@ std::string list_text(const std::vector<std::string>& items);
 std::string tokens_text(const std::vector<token>& tokens);
 /// Each rank's Sᵣ.
 std::vector<rational> rank_sums(const partition& p);
+/// What rank r backpropagates under the normalization `name` of core/normalization (in the update's objective's
+/// units): Σ over its groups of the table's coefficient times the group's derivative sum, before the reducer.
+/// Nullopt where a coefficient is undefined (it divides by an empty count).
+std::optional<rational> local_scalar(const partition& p, std::string_view name, std::size_t rank);
 
 /// A paragraph block.
 demo_block paragraph(std::string text);

@@ -41,7 +41,8 @@ derivation_facts compute_derivation(const demo_input& input) {
   const rational valid_tokens(p.valid_tokens());
   const std::vector<rational> sums = rank_sums(p);
   rational reduced;
-  for (const rational& s : sums) reduced += world_size * s / valid_tokens;
+  // Each rank's W·Sᵣ/N, as the normalization table has it.
+  for (std::size_t r = 0; r < p.ranks.size(); ++r) reduced += *local_scalar(p, "scaled_sum", r);
   reduced /= world_size;
   const rational factored = (1 / world_size) * (world_size / valid_tokens) * sum_of(sums);
   const rational cancelled = sum_of(sums) / valid_tokens;

@@ -2,6 +2,7 @@
 
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/gradients.hpp"
+#include "normcheck/core/normalization.hpp"
 
 namespace normcheck {
 
@@ -32,6 +33,43 @@ reference_check value_check(const std::vector<std::vector<token>>& ranks, const 
                 " is " + show(actual) + " (expected " + to_string(expected) + ")";
   check.shows = std::move(shows);
   check.passed = actual && *actual == expected;
+  return check;
+}
+
+
+// An update of one microbatch per rank, each made of the given sequences, under `objective`.
+partition sequenced(const std::vector<std::vector<std::vector<token>>>& ranks, objective_kind objective,
+                    const rational& normalizer = 0) {
+  partition p;
+  p.objective = objective;
+  p.normalizer = normalizer;
+  for (const std::vector<std::vector<token>>& sequences : ranks) {
+    std::vector<group_stats> groups;
+    for (const std::vector<token>& sequence : sequences) groups.push_back(summarize(sequence));
+    p.ranks.push_back(rank_stats{{make_sequenced_microbatch(std::move(groups))}});
+  }
+  return p;
+}
+
+std::string show_sequences(const std::vector<std::vector<std::vector<token>>>& ranks) {
+  std::string out = "[";
+  for (std::size_t r = 0; r < ranks.size(); ++r) out += (r ? "," : "") + show_ranks(ranks[r]);
+  return out + "]";
+}
+
+// The gradient of normalization `name` on `p` counted in `objective`'s units: what code written for that
+// objective computes on this update.
+std::optional<rational> written_for(const partition& p, objective_kind objective, std::string_view name) {
+  return synchronized_gradient(objective_units(p, objective), *find_normalization(name));
+}
+
+// A check that `value` is `expected` on `p` (shown as `shown`).
+reference_check objective_check(std::string what, const std::optional<rational>& value, const rational& expected,
+                                std::string shows) {
+  reference_check check;
+  check.claim = std::move(what) + " is " + show(value) + " (expected " + to_string(expected) + ")";
+  check.shows = std::move(shows);
+  check.passed = value && *value == expected;
   return check;
 }
 
@@ -89,6 +127,77 @@ std::vector<reference_check> run_reference_checks() {
       check.claim = "the all-empty update [[],[]] gave " + show(value) + " instead of being rejected";
     } catch (const error& e) {
       check.claim = "the all-empty update [[],[]] is rejected with " + std::string(code_name(e.code()));
+      check.passed = e.code() == error_code::no_valid_tokens;
+    }
+    checks.push_back(std::move(check));
+  }
+  return checks;
+}
+
+std::vector<reference_check> run_objective_checks() {
+  // Three sequences of one, one and three tokens: their means are 0, −2 and −2 at θ = 0, their sums 0, −2, −6.
+  const std::vector<std::vector<std::vector<token>>> uneven{{{0}, {2}}, {{2, 2, 2}}};
+  const std::vector<std::vector<std::vector<token>>> dealt_again{{{2, 2, 2}}, {{0}, {2}}};
+  const std::string on = " of " + show_sequences(uneven) + " at θ = 0";
+  std::vector<reference_check> checks;
+
+  const partition sequence_mean = sequenced(uneven, objective_kind::sequence_mean);
+  checks.push_back(objective_check("sequence_mean: global_mean" + on, gradient(sequence_mean, strategy::global_mean),
+                                   rational(rational(-4) / 3),
+                                   "the objective: the mean over the update's B = 3 sequences of each sequence's mean "
+                                   "derivative"));
+  checks.push_back(objective_check("sequence_mean: scaled_sum" + on, gradient(sequence_mean, strategy::scaled_sum),
+                                   rational(rational(-4) / 3),
+                                   "dividing each sequence's sum by its nₛ and each rank's total by B/W cancels the "
+                                   "reducer's division by W exactly"));
+  {
+    const std::optional<rational> token_code = written_for(sequence_mean, objective_kind::token_mean, "scaled_sum");
+    const std::optional<rational> objective = gradient(sequence_mean, strategy::global_mean);
+    reference_check check;
+    check.claim = "sequence_mean: the token mean's W·Sᵣ/N" + on + " is " + show(token_code) + ", the objective " +
+                  show(objective);
+    check.shows = "code written for the token mean weighs every token 1/N, so the long sequence outweighs the short "
+                  "ones: it is not the sequence mean";
+    check.passed = token_code && objective && *token_code == rational(rational(-8) / 5) && *token_code != *objective;
+    checks.push_back(std::move(check));
+  }
+  checks.push_back(objective_check("sequence_mean: scaled_sum of " + show_sequences(dealt_again) + " at θ = 0",
+                                   gradient(sequenced(dealt_again, objective_kind::sequence_mean), strategy::scaled_sum),
+                                   rational(rational(-4) / 3),
+                                   "the compensated sequence mean does not depend on how the sequences are dealt to "
+                                   "ranks"));
+  {
+    const partition sums = sequenced(uneven, objective_kind::sequence_sum_mean);
+    const std::optional<rational> compensated = gradient(sums, strategy::scaled_sum);
+    reference_check check = objective_check("sequence_sum_mean: scaled_sum" + on, compensated, rational(rational(-8) / 3),
+                                            "the mean of sequence sums: W·Sᵣ/B gives every token 1/B, with or "
+                                            "without the sequences' lengths");
+    check.passed = check.passed && gradient(sums, strategy::global_mean) == compensated;
+    checks.push_back(std::move(check));
+  }
+  {
+    // Dr. GRPO's normalizer: the update's sequences times the longest one, 3 · 3.
+    const partition constant = sequenced(uneven, objective_kind::constant, rational(9));
+    const std::optional<rational> compensated = gradient(constant, strategy::scaled_sum);
+    const std::optional<rational> token_code = written_for(constant, objective_kind::token_mean, "scaled_sum");
+    reference_check check = objective_check("constant C = 9: scaled_sum" + on, compensated, rational(rational(-8) / 9),
+                                            "a declared normalizer C replaces N: W·Sᵣ/C, and the token mean's "
+                                            "W·Sᵣ/N (here " + show(token_code) + ") is not it");
+    check.passed = check.passed && gradient(constant, strategy::global_mean) == compensated && token_code &&
+                   *token_code != *compensated;
+    checks.push_back(std::move(check));
+  }
+  {
+    reference_check check;
+    check.shows = "an update whose every sequence is empty has no sequence mean; all ranks must reject it together";
+    try {
+      const std::optional<rational> value =
+          gradient(sequenced({{{}}, {{}, {}}}, objective_kind::sequence_mean), strategy::scaled_sum);
+      check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] gave " + show(value) +
+                    " instead of being rejected";
+    } catch (const error& e) {
+      check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] is rejected with " +
+                    std::string(code_name(e.code()));
       check.passed = e.code() == error_code::no_valid_tokens;
     }
     checks.push_back(std::move(check));

@@ -1,6 +1,7 @@
 #include "normcheck/teaching/trajectory.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/simulation/simulate.hpp"
 
 namespace normcheck {
 
@@ -12,50 +13,42 @@ void require_threshold(const std::optional<rational>& threshold, std::string_vie
                                              " is negative: expected a number ≥ 0");
 }
 
+// The settings as the simulation's optimizer: one constant rate, no scheduler.
+optimizer_config optimizer_of(const optimizer_settings& settings) {
+  optimizer_config optimizer;
+  optimizer.schedule.rates = {settings.learning_rate};
+  optimizer.momentum = settings.momentum;
+  optimizer.weight_decay = settings.weight_decay;
+  optimizer.clip_value = settings.clip_value;
+  optimizer.clip_norm = settings.clip_norm;
+  return optimizer;
+}
+
 }  // namespace
 
 rational clip_gradient(const rational& gradient, const optimizer_settings& settings) {
-  rational clipped = gradient;
-  if (settings.clip_value) {
-    const rational& c = *settings.clip_value;
-    if (clipped > c) clipped = c;
-    else if (clipped < -c) clipped = -c;
-  }
-  if (settings.clip_norm) {
-    // In one dimension the norm is |g|; scaling by c/|g| keeps the sign and sets the size to c.
-    const rational& c = *settings.clip_norm;
-    const rational size = abs(clipped);
-    if (size > c) {
-      rational scaled = clipped * c / size;
-      clipped = scaled;
-    }
-  }
-  return clipped;
+  // The simulation's clipping on a one-parameter model: there the norm is |g|, which is rational.
+  const parameter_vector g{gradient};
+  clip_outcome outcome;
+  return clip(g, g, optimizer_of(settings), outcome).front();
 }
 
 std::vector<rational> trajectory(const gradient_function& gradient, const rational& start,
                                  const optimizer_settings& settings, std::size_t steps) {
   require_threshold(settings.clip_value, "the clipping-by-value");
   require_threshold(settings.clip_norm, "the clipping-by-norm");
+  // A one-parameter replica stepped by the simulation's SGD step: the buffer starts at 0, so the first step's
+  // buffer is the first direction.
+  const optimizer_config optimizer = optimizer_of(settings);
+  replica_state state{{start}, {rational(0)}, 0};
   std::vector<rational> positions;
   positions.reserve(steps + 1);
   positions.push_back(start);
-  rational buffer;
   for (std::size_t t = 0; t < steps; ++t) {
-    const rational& x = positions.back();
-    rational direction = clip_gradient(gradient(x), settings);
-    if (settings.weight_decay != 0) direction += settings.weight_decay * x;
-    if (settings.momentum != 0) {
-      if (t == 0) {
-        buffer = direction;
-      } else {
-        rational carried = settings.momentum * buffer;
-        buffer = carried + direction;
-      }
-      direction = buffer;
-    }
-    rational next = x - settings.learning_rate * direction;
-    positions.push_back(std::move(next));
+    const parameter_vector g{gradient(state.theta.front())};
+    clip_outcome outcome;
+    state = sgd_step(state, clip(g, g, optimizer, outcome), settings.learning_rate, optimizer);
+    positions.push_back(state.theta.front());
   }
   return positions;
 }

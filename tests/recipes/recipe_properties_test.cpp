@@ -34,13 +34,57 @@ const std::vector<named_recipe> recipes{
     {"W * G / (M * G)", reducer_kind::mean, weighted_mean}, {"W / N", reducer_kind::mean, weighted_mean},
     {"1 / m_r", reducer_kind::mean, weighted_mean},       {"1 / (m_m * G)", reducer_kind::mean, weighted_mean},
     {"W / M", reducer_kind::sum, weighted_mean},          {"W / (M + m_m - m_m)", reducer_kind::mean, weighted_mean},
+    // The declared objectives: right with B or C, wrong with the token mean's N, and the reverse.
+    {"W / B", reducer_kind::mean, objective_kind::sequence_sum_mean},
+    {"1 / B", reducer_kind::sum, objective_kind::sequence_sum_mean},
+    {"W / N", reducer_kind::mean, objective_kind::sequence_sum_mean},
+    {"W / N", reducer_kind::mean, objective_kind::sequence_mean},
+    {"1 / n_s", reducer_kind::mean, objective_kind::sequence_mean},
+    {"W / (B * n_s)", reducer_kind::mean, objective_kind::sequence_mean},
+    {"W / C", reducer_kind::mean, objective_kind::constant},
+    {"1 / C", reducer_kind::sum, objective_kind::constant},
+    {"W / N", reducer_kind::mean, objective_kind::constant},
+    {"1 / C", reducer_kind::mean, objective_kind::constant},
+    {"W / (B * n_s)", reducer_kind::mean, objective_kind::token_mean},
 };
 
 using prover = std::function<proof_verdict(const recipe&, objective_kind)>;
 
-// A random update with at least one valid token; weighted (M > 0) under the weighted objective.
+// The tokens with each microbatch that holds a position cut into sequences of random lengths (at least one
+// position each), under `objective`.
+token_partition with_sequences(token_partition tokens, objective_kind objective) {
+  tokens.objective = objective;
+  tokens.sequences.clear();
+  for (const std::vector<std::vector<token>>& rank : tokens.ranks) {
+    std::vector<std::vector<std::size_t>>& lengths = tokens.sequences.emplace_back();
+    for (const std::vector<token>& microbatch : rank) {
+      std::vector<std::size_t>& cut = lengths.emplace_back();
+      for (std::size_t at = 0; at < microbatch.size();) {
+        const std::size_t length = *rc::gen::inRange<std::size_t>(1, microbatch.size() - at + 1);
+        cut.push_back(length);
+        at += length;
+      }
+    }
+  }
+  return tokens;
+}
+
+// A random update with at least one valid token; weighted (M > 0) under the weighted objective, with sequences
+// under the sequence objectives, with a positive normalizer under the constant one.
 token_partition random_update(objective_kind objective) {
-  return objective == weighted_mean ? *gen_weighted_update() : *gen_update_with_tokens();
+  switch (objective) {
+    case objective_kind::weighted_token_mean: return *gen_weighted_update();
+    case objective_kind::sequence_mean:
+    case objective_kind::sequence_sum_mean: return with_sequences(*gen_update_with_tokens(), objective);
+    case objective_kind::constant: {
+      token_partition tokens = *gen_update_with_tokens();
+      tokens.objective = objective;
+      tokens.normalizer = rational(*rc::gen::inRange<long>(1, 64)) / *rc::gen::inRange<long>(1, 8);
+      return tokens;
+    }
+    case objective_kind::token_mean: break;
+  }
+  return *gen_update_with_tokens();
 }
 
 bool accepted_recipes_match(const prover& prove) {
@@ -91,6 +135,17 @@ TEST_CASE("the acceptance law catches a prover that ignores the weights") {
   // Judging a weighted recipe as if every weight were 1 (M = N) accepts W / N for the weighted objective.
   CHECK_FALSE(accepted_recipes_match([](const recipe& r, objective_kind objective) {
     if (objective == weighted_mean && !r.scale.mass_variable())
+      return prove_recipe(r, objective_kind::token_mean).verdict;
+    return prove_recipe(r, objective).verdict;
+  }));
+}
+
+TEST_CASE("the acceptance law catches a prover that takes a declared objective for the token mean") {
+  // Judging a recipe that reads neither sequences nor C as under the token mean accepts W / N for the mean of
+  // sequence sums and for a constant normalizer.
+  CHECK_FALSE(accepted_recipes_match([](const recipe& r, objective_kind objective) {
+    const bool declared = counts_sequences(objective) || objective == objective_kind::constant;
+    if (declared && !r.scale.sequence_variable() && !r.scale.uses(count_variable::C))
       return prove_recipe(r, objective_kind::token_mean).verdict;
     return prove_recipe(r, objective).verdict;
   }));

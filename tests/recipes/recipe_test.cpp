@@ -110,6 +110,69 @@ TEST_CASE("the counterexample document is read back with the recipe and exposes 
   CHECK(*value.value == *result.counterexample->recipe_gradient);
 }
 
+TEST_CASE("prove decides recipes for the declared objectives, and refuses the token mean's for them") {
+  const auto verdict = [](std::string_view scale, reducer_kind reducer, objective_kind objective) {
+    return prove_recipe(make(scale, reducer), objective).verdict;
+  };
+  using enum objective_kind;
+  CHECK(verdict("W / B", reducer_kind::mean, sequence_sum_mean) == proof_verdict::proved);
+  CHECK(verdict("1 / B", reducer_kind::sum, sequence_sum_mean) == proof_verdict::proved);
+  CHECK(verdict("W / C", reducer_kind::mean, constant) == proof_verdict::proved);
+  CHECK(verdict("1 / C", reducer_kind::sum, constant) == proof_verdict::proved);
+  // Code written for the token mean, under an objective over sequences or a constant.
+  CHECK(verdict("W / N", reducer_kind::mean, sequence_mean) == proof_verdict::wrong);
+  CHECK(verdict("W / N", reducer_kind::mean, sequence_sum_mean) == proof_verdict::wrong);
+  CHECK(verdict("W / N", reducer_kind::mean, constant) == proof_verdict::wrong);
+  // The reverse: code written for the sequences, under the token mean.
+  CHECK(verdict("W / (B * n_s)", reducer_kind::mean, token_mean) == proof_verdict::wrong);
+  CHECK(verdict("W / B", reducer_kind::mean, token_mean) == proof_verdict::wrong);
+  // The sum of sequence means, and the constant without the world size.
+  CHECK(verdict("1 / n_s", reducer_kind::mean, sequence_mean) == proof_verdict::wrong);
+  CHECK(verdict("1 / C", reducer_kind::mean, constant) == proof_verdict::wrong);
+  CHECK_THROWS_AS(prove_recipe(make("W / C", reducer_kind::mean), token_mean), error);
+}
+
+TEST_CASE("the sequence mean's own scale is right wherever it is defined and divides by an empty sequence's count") {
+  const proof_result result = prove_recipe(make("W / (B * n_s)", reducer_kind::mean), objective_kind::sequence_mean);
+  CHECK(result.verdict == proof_verdict::divides_by_zero);
+  CHECK(result.coverage.find("wherever it is defined it gives the objective's gradient") != std::string::npos);
+  REQUIRE(result.counterexample);
+  REQUIRE(result.counterexample->where.sequences);
+  CHECK(result.counterexample->where.sequences->group_tokens == 0);
+  CHECK(result.counterexample->zero_divisor.find("n_s") != std::string::npos);
+}
+
+TEST_CASE("objective_scale is the scale prove decides for each objective") {
+  for (objective_kind objective : {objective_kind::token_mean, objective_kind::sequence_mean,
+                                   objective_kind::sequence_sum_mean, objective_kind::constant,
+                                   objective_kind::weighted_token_mean})
+    for (reducer_kind reducer : {reducer_kind::mean, reducer_kind::sum}) {
+      CAPTURE(objective_name(objective));
+      CAPTURE(reducer_name(reducer));
+      const proof_result result = prove_recipe(make(objective_scale(objective, reducer), reducer), objective);
+      CHECK(result.verdict == (objective == objective_kind::sequence_mean ? proof_verdict::divides_by_zero
+                                                                            : proof_verdict::proved));
+      // The other reducer's scale is refuted: the world size is what tells them apart.
+      const reducer_kind other = reducer == reducer_kind::mean ? reducer_kind::sum : reducer_kind::mean;
+      CHECK(prove_recipe(make(objective_scale(objective, other), reducer), objective).verdict == proof_verdict::wrong);
+    }
+}
+
+TEST_CASE("a sequence objective's counterexample is read back with its sequences and exposes the recipe") {
+  const proof_result result = prove_recipe(make("W / N", reducer_kind::mean), objective_kind::sequence_mean);
+  REQUIRE(result.counterexample);
+  const partition_file file =
+      read_partition(result.counterexample->document, "counterexample", {}, normcheck::standard_sections());
+  CHECK(file.update.objective == objective_kind::sequence_mean);
+  CHECK(file.update.has_sequences());
+  const recipe_section* part = file.find_section<recipe_section>();
+  REQUIRE(part);
+  REQUIRE(part->normalization());
+  const recipe_value value = recipe_gradient(file.update, *part->normalization());
+  REQUIRE(value.value);
+  CHECK(*value.value != *gradient(file.update, strategy::global_mean));
+  CHECK(*value.value == *result.counterexample->recipe_gradient);
+
 TEST_CASE("a scale that divides by zero only beyond every scope is never proved, and says where") {
   auto check_zero = [](const char* scale, const std::function<std::uint64_t(const count_configuration&)>& count,
                        std::uint64_t at, const char* divisor, const char* wherever) {

@@ -22,6 +22,14 @@ struct token_partition {
   /// Token weights shaped like `ranks` (nullopt beside padding); when given, the objective is the
   /// weighted token mean. Empty: the token mean.
   std::vector<std::vector<std::vector<token>>> weights;
+  /// The sequences of each microbatch, shaped ranks → microbatches: sequences[r][m] lists the lengths
+  /// (positions, padding included) of microbatch m's sequences in order, which together cover its tokens; an
+  /// empty list declares none. Empty: no microbatch declares sequences.
+  std::vector<std::vector<std::vector<std::size_t>>> sequences;
+  /// The objective when no weights are given: token_mean, sequence_mean, sequence_sum_mean or constant.
+  objective_kind objective = objective_kind::token_mean;
+  /// C under the constant objective.
+  rational normalizer;
 };
 
 /// The partition the tokens describe.
@@ -39,9 +47,12 @@ struct document_options {
 
 /// A complete normcheck/1 document (JSON text, canonical exact values: integers as JSON numbers, other
 /// rationals as "p/q" strings), readable by read_partition. Ranks with one microbatch are written with
-/// "targets", others with "microbatches"; weights, when given, beside them with the weighted objective. Throws `error(schema_error)` for what no document can say (no
-/// rank, a rank without a microbatch, a gradient expected twice, an `expect_error` a document cannot
-/// produce) and `error(number_out_of_range)` for a value longer than the reader's default digit limit.
+/// "targets", others with "microbatches"; a microbatch with sequences as {"sequences": [...]}; weights, when
+/// given, beside them with the weighted objective; the objective and its normalizer when they are not the token
+/// mean. Throws `error(schema_error)` for what no document can say (no rank, a rank without a microbatch,
+/// sequences that do not cover their microbatch, an objective its counts cannot have, a gradient expected
+/// twice, an `expect_error` a document cannot produce) and `error(number_out_of_range)` for a value longer than
+/// the reader's default digit limit.
 std::string write_document(const token_partition& tokens, const document_options& options = {});
 /// The same document as the next value of `json` (e.g. a member of a larger document).
 void write_document(json_writer& json, const token_partition& tokens, const document_options& options = {});

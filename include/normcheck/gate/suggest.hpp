@@ -30,7 +30,11 @@ struct suggestion {
 /// Searches small integer partitions with `world_size` ranks of `microbatches` microbatches each and
 /// returns the one that separates best: the objective from every known mistake, and the named wrong
 /// strategies from each other. Under the weighted objective every token also gets a weight from
-/// {1/4, 1/2, 3/4, 1, 3/2, 2} (exact in every dtype), and the mistakes include count_denominator.
+/// {1/4, 1/2, 3/4, 1, 3/2, 2} (exact in every dtype), and the mistakes include count_denominator. Under
+/// sequence_mean, sequence_sum_mean and constant every microbatch holds one to three sequences of one to four
+/// tokens (constant: the normalizer is the update's sequences times the longest, Dr. GRPO's B·L_max), and the
+/// mistakes include every computation the per-group gate knows: code written for another objective (the
+/// token mean's W·Sᵣ/N, say), per-rank sequence means, the sum of sequence means, the diagnosed normalizations.
 /// Deterministic.
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
                              objective_kind objective = objective_kind::token_mean);

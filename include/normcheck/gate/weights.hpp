@@ -51,6 +51,17 @@ struct group_bounds {
 /// Judges rank 0's copy of `measurement` against the update's objective and fits it when it differs.
 group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds);
 
+/// A computation the per-group gate compares a measurement with: its name and the weight it gives each group.
+struct weight_candidate {
+  std::string name;
+  std::vector<rational> weights;
+};
+
+/// Every computation the per-group gate compares a measurement of `update` with, in its order (the objective's
+/// own and the correct one excluded): the normalizations under the declared objective, the diagnosed ones, and
+/// those written for every other objective the update can be counted in.
+std::vector<weight_candidate> weight_candidates(const partition& update);
+
 /// Whether every rank holds the same vector (and witness); the first difference in words otherwise.
 std::optional<std::string> replica_difference(const group_measurement& measurement);
 

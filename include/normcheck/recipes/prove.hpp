@@ -8,6 +8,10 @@
 /// never divides by zero. The identity only sees the counts (W, N, nᵣ, nₘ, G) of the microbatch.
 /// Under the weighted token mean the same holds with the masses: c/d = 1/M at every microbatch of
 /// positive mass mₘ, where (M, mᵣ, mₘ) are any non-negative weight sums consistent with the counts.
+///
+/// With sequences a recipe scales each group (a sequence, or a microbatch that declares none), and the identity
+/// is c/d = the objective's weight of a token of the group wherever the group holds one: 1/(B·nₛ) under the
+/// sequence mean, 1/B under the mean of sequence sums, 1/C under a declared normalizer.
 
 #include "normcheck/recipes/recipe.hpp"
 #include "normcheck/documents/partition_writer.hpp"
@@ -19,7 +23,16 @@
 
 namespace normcheck {
 
-/// The counts one microbatch sees.
+/// What a group sees of the sequences, in a scope that has them.
+struct sequence_counts {
+  bool declared = true;                    ///< its microbatch declares sequences (else the group is the microbatch)
+  std::uint64_t group_tokens = 0;          ///< n_s
+  std::uint64_t sequences = 0;             ///< B
+  std::uint64_t rank_sequences = 0;        ///< b_r
+  std::uint64_t microbatch_sequences = 0;  ///< b_m
+};
+
+/// The counts one group sees (under the token and weighted means without sequences: one microbatch).
 struct count_configuration {
   std::uint64_t world_size = 1;        ///< W
   std::uint64_t valid_tokens = 1;      ///< N
@@ -29,9 +42,13 @@ struct count_configuration {
   /// The weight masses (M, mᵣ, mₘ) under the weighted objective; unset under the token mean, where
   /// they are the counts. A mass is 0 wherever its count is.
   std::optional<std::array<rational, 3>> masses;
+  std::optional<sequence_counts> sequences = std::nullopt;  ///< set in a scope with sequences
+  std::optional<rational> group_mass = std::nullopt;  ///< the group's own mass, weighted with sequences
+  std::optional<rational> normalizer = std::nullopt;  ///< C, under the constant objective
 };
 
-/// "W = 2, N = 3, n_r = 1, n_m = 1, G = 1" (and ", M = …, m_r = …, m_m = …" with masses).
+/// "W = 2, N = 3, n_r = 1, n_m = 1, G = 1" (and ", M = …, m_r = …, m_m = …" with masses, ", n_s = …, B = …,
+/// b_r = …, b_m = …" with sequences, ", C = …" with a normalizer).
 std::string describe(const count_configuration& where);
 
 /// How the question was settled.
@@ -65,9 +82,19 @@ struct proof_result {
 };
 
 /// Decides the recipe for `objective`: exhaustively over every shape with W ≤ 4, G ≤ 3 and counts ≤ 3
-/// (weighted: with the token weights of each group drawn from {0, 1/2, 1, 2}), by random larger scopes,
-/// and for all counts and masses by exact evaluation on a grid large enough for the expression's
-/// degree. Throws `error(recipe_error)` for a weighted variable under the token mean.
+/// (weighted: with the token weights of each group drawn from {0, 1/2, 1, 2}; with sequences: 1 to 3 of them
+/// per microbatch; constant: C from a few values), by random larger scopes, and for all counts and masses by
+/// exact evaluation on a grid large enough for the expression's degree. Throws `error(recipe_error)` for a
+/// weight mass under another objective than the weighted token mean, and for C under another than constant.
 proof_result prove_recipe(const recipe& r, objective_kind objective = objective_kind::token_mean);
+
+/// The weight the objective gives a token of a group, in recipe variables: "1/N", "1/M", "1/(B·n_s)", "1/B" or
+/// "1/C".
+std::string_view objective_weight(objective_kind objective) noexcept;
+
+/// The scale each group multiplies its loss sum by for the objective's gradient under `reducer`, as a recipe that
+/// `prove_recipe` decides: "W / N" (sum: "1 / N"), "W / M", "W / (B * n_s)", "W / B" or "W / C". Under the
+/// sequence mean it divides by n_s, so a sequence without a valid token needs a guard in code.
+std::string objective_scale(objective_kind objective, reducer_kind reducer);
 
 }  // namespace normcheck

@@ -1,7 +1,8 @@
 #pragma once
 /// \file recipes/recipe.hpp
-/// Normalization recipes: the scale c each microbatch multiplies its loss sum by before backward,
-/// written as an exact expression over the counts of one update, plus the reducer.
+/// Normalization recipes: the scale c each group (a sequence, or a microbatch that declares none) multiplies
+/// its loss sum by before backward, written as an exact expression over the counts of one update, plus the
+/// reducer.
 
 #include "normcheck/core/partition.hpp"
 #include "normcheck/core/rational.hpp"
@@ -29,17 +30,23 @@ enum class count_variable {
   M,    ///< weight mass of the update (weighted objectives)
   m_r,  ///< the rank's weight mass
   m_m,  ///< the microbatch's weight mass
+  B,    ///< sequences of the update that hold a valid token, all ranks
+  b_r,  ///< the rank's sequences that hold a valid token
+  b_m,  ///< the microbatch's sequences that hold a valid token (0 when it declares none)
+  n_s,  ///< the group's valid tokens: its sequence's, or its microbatch's when that declares no sequences
+  C,    ///< the declared normalizer (the constant objective)
 };
 
 /// Every count variable, in the order of `count_values`.
-inline constexpr std::array<count_variable, 8> all_count_variables{
-    count_variable::W, count_variable::N, count_variable::n_r, count_variable::n_m,
-    count_variable::G, count_variable::M, count_variable::m_r, count_variable::m_m};
+inline constexpr std::array<count_variable, 13> all_count_variables{
+    count_variable::W, count_variable::N,   count_variable::n_r, count_variable::n_m, count_variable::G,
+    count_variable::M, count_variable::m_r, count_variable::m_m, count_variable::B,   count_variable::b_r,
+    count_variable::b_m, count_variable::n_s, count_variable::C};
 
 /// The spelling of a variable in recipes, e.g. "n_r".
 std::string_view variable_name(count_variable v) noexcept;
 
-/// Values of the count variables at one microbatch of one partition.
+/// Values of the count variables at one group of one partition.
 using count_values = std::array<rational, all_count_variables.size()>;
 
 /// The outcome of evaluating a recipe: its value, or the divisor that was zero.
@@ -61,6 +68,8 @@ public:
   bool uses(count_variable v) const;
   /// The first weight mass (M, m_r, m_m) the expression mentions, if any: only the weighted objective has them.
   std::optional<count_variable> mass_variable() const;
+  /// The first sequence count (B, b_r, b_m, n_s) the expression mentions, if any.
+  std::optional<count_variable> sequence_variable() const;
   /// An upper bound on the total degree of the numerator and of the denominator of the expression
   /// as a rational function of the variables.
   std::pair<unsigned, unsigned> degree_bound() const;
@@ -95,11 +104,13 @@ struct recipe {
   reducer_kind reducer = reducer_kind::mean;
 };
 
-/// The synchronized gradient when every microbatch backpropagates scale·Sᵣₘ under `r.reducer`, or the
-/// zero divisor met on this partition (the scale is computed for every microbatch, empty ones included).
+/// The synchronized gradient when every group backpropagates scale·S_g under `r.reducer` (S_g its loss
+/// derivative sum: the microbatch's when it declares no sequences), or the zero divisor met on this partition
+/// (the scale is computed for every group, empty ones included).
 recipe_value recipe_gradient(const partition& update, const recipe& r);
 
-/// The counts of microbatch `m` of rank `r` in `update`.
-count_values counts_at(const partition& update, std::size_t r, std::size_t m);
+/// The counts of group `g` of microbatch `m` of rank `r` in `update` (C is the update's normalizer, 0 when it
+/// declares none).
+count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::size_t g = 0);
 
 }  // namespace normcheck

@@ -133,4 +133,11 @@ std::optional<reference_difference> find_reference_difference(const simulation& 
 parameter_vector clip(const parameter_vector& gradient, const parameter_vector& decide_from,
                       const optimizer_config& optimizer, clip_outcome& outcome);
 
+/// One SGD step from `state` with the already clipped gradient `applied` at learning rate `lr`: d = applied +
+/// λ·θ, then buf ← μ·buf + d and θ ← θ − lr·buf (θ ← θ − lr·d without momentum); the scheduler position
+/// advances by one. The one definition of the step: the replicas, the reference and the demos' trajectories
+/// all take it.
+replica_state sgd_step(const replica_state& state, const parameter_vector& applied, const rational& lr,
+                       const optimizer_config& optimizer);
+
 }  // namespace normcheck

@@ -5,7 +5,8 @@
 ///
 /// One step, in the order a training loop applies them: the gradient g is clipped first (it is the
 /// gradient that clipping sees), then weight decay adds λ·x, then the momentum buffer takes the
-/// result (b ← μ·b + d, with b = d on the first step), and the position moves by −η·b.
+/// result (b ← μ·b + d, with b = d on the first step), and the position moves by −η·b. The clipping and
+/// the step are the simulation's (simulation/simulate.hpp: `clip`, `sgd_step`) on a one-parameter replica.
 
 #include "normcheck/core/rational.hpp"
 

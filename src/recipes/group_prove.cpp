@@ -1,0 +1,751 @@
+#include "group_prove.hpp"
+
+#include "normcheck/core/errors.hpp"
+#include "normcheck/core/gradients.hpp"
+
+#include "core/deterministic_random.hpp"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+namespace normcheck::detail {
+
+// A recipe is evaluated at every group (a sequence, or a microbatch that declares none) and multiplies the
+// group's loss sum. For the teaching loss every group's derivative sum is free, so the recipe gives the
+// objective's gradient on every partition exactly when c/d equals the weight the objective gives a token of
+// every group that holds one (1/N, 1/M, 1/(B·n_s), 1/B or 1/C; d = W under the mean reducer, 1 under sum) and
+// c exists at every group, empty ones included.
+
+namespace {
+
+constexpr std::uint64_t scope_world_size = 4;
+constexpr std::uint64_t scope_microbatches = 3;
+constexpr std::uint64_t scope_tokens = 3;     // per microbatch
+constexpr std::uint64_t scope_sequences = 3;  // per microbatch, sequences without a valid token included
+// Under the weighted objective each group sees four token groups of their own weights: a smaller scope.
+constexpr std::uint64_t weighted_world_size = 3;
+constexpr std::uint64_t weighted_microbatches = 2;
+constexpr unsigned largest_decided_degree = 12;
+constexpr std::uint64_t largest_grid = 1'000'000;
+constexpr int random_configurations = 20000;
+// Wrong configurations whose replay partition is tried for a clean counterexample before any is kept.
+constexpr int replay_attempts = 256;
+
+// Per-token weights of the weighted scope (twice each is an integer), and the normalizers of the constant scope.
+const std::array<rational, 4> scope_weights{rational(0), fraction(1, 2), rational(1), rational(2)};
+const std::array<rational, 6> scope_normalizers{fraction(1, 2), rational(1), rational(2),
+                                                rational(3), fraction(7, 2), rational(12)};
+
+std::size_t index_of(count_variable v) { return static_cast<std::size_t>(v); }
+
+bool reads_sequences(const recipe& r) {
+  return r.scale.uses(count_variable::B) || r.scale.uses(count_variable::b_r) || r.scale.uses(count_variable::b_m) ||
+         r.scale.uses(count_variable::n_s);
+}
+
+// What the scopes hold for one recipe and objective.
+struct group_scope {
+  objective_kind objective = objective_kind::token_mean;
+  reducer_kind reducer = reducer_kind::mean;
+  bool weighted = false;   // masses beside the counts
+  bool constant = false;   // a declared normalizer C
+  bool sequences = false;  // groups may be sequences: the recipe or the objective reads them
+  bool required = false;   // every microbatch with a valid token declares sequences (the sequence objectives)
+  std::uint64_t world_size = scope_world_size;
+  std::uint64_t microbatches = scope_microbatches;
+};
+
+group_scope scope_for(const recipe& r, objective_kind objective) {
+  group_scope s;
+  s.objective = objective;
+  s.reducer = r.reducer;
+  s.weighted = objective == objective_kind::weighted_token_mean;
+  s.constant = objective == objective_kind::constant;
+  s.required = counts_sequences(objective);
+  s.sequences = s.required || reads_sequences(r);
+  if (s.weighted) {
+    s.world_size = weighted_world_size;
+    s.microbatches = weighted_microbatches;
+  }
+  return s;
+}
+
+// The variables the objective's weight of a token reads: T in 1/T.
+std::vector<count_variable> objective_variables(objective_kind objective) {
+  switch (objective) {
+    case objective_kind::token_mean: return {count_variable::N};
+    case objective_kind::weighted_token_mean: return {count_variable::M};
+    case objective_kind::sequence_mean: return {count_variable::B, count_variable::n_s};
+    case objective_kind::sequence_sum_mean: return {count_variable::B};
+    case objective_kind::constant: return {count_variable::C};
+  }
+  return {count_variable::N};
+}
+
+// Whether the judgement at a group can depend on `v`.
+bool relevant(const group_scope& s, const recipe& r, count_variable v) {
+  if (r.scale.uses(v)) return true;
+  if (v == count_variable::W && s.reducer == reducer_kind::mean) return true;
+  const std::vector<count_variable> read = objective_variables(s.objective);
+  return std::find(read.begin(), read.end(), v) != read.end();
+}
+
+// The group's sequence counts, or those of a microbatch that declares none.
+sequence_counts sequences_of(const count_configuration& c) {
+  return c.sequences.value_or(sequence_counts{false, c.microbatch_tokens, 0, 0, 0});
+}
+
+count_values values_of(const count_configuration& c) {
+  count_values v;
+  const sequence_counts q = sequences_of(c);
+  v[index_of(count_variable::W)] = c.world_size;
+  v[index_of(count_variable::N)] = c.valid_tokens;
+  v[index_of(count_variable::n_r)] = c.rank_tokens;
+  v[index_of(count_variable::n_m)] = c.microbatch_tokens;
+  v[index_of(count_variable::G)] = c.microbatches;
+  if (c.masses) {
+    v[index_of(count_variable::M)] = (*c.masses)[0];
+    v[index_of(count_variable::m_r)] = (*c.masses)[1];
+    v[index_of(count_variable::m_m)] = (*c.masses)[2];
+  } else {
+    v[index_of(count_variable::M)] = c.valid_tokens;
+    v[index_of(count_variable::m_r)] = c.rank_tokens;
+    v[index_of(count_variable::m_m)] = c.microbatch_tokens;
+  }
+  v[index_of(count_variable::B)] = q.sequences;
+  v[index_of(count_variable::b_r)] = q.rank_sequences;
+  v[index_of(count_variable::b_m)] = q.microbatch_sequences;
+  v[index_of(count_variable::n_s)] = q.group_tokens;
+  if (c.normalizer) v[index_of(count_variable::C)] = *c.normalizer;
+  return v;
+}
+
+// Whether the group holds a token the objective weighs: a valid token, of positive weight under the weighted
+// objective. Elsewhere only the scale's existence is judged.
+bool weighs(const count_configuration& c) {
+  if (c.masses) return (c.group_mass ? *c.group_mass : (*c.masses)[2]) > 0;
+  return sequences_of(c).group_tokens > 0;
+}
+
+// T: what the objective divides a token's loss by at this group.
+rational objective_units_at(objective_kind objective, const count_configuration& c) {
+  const sequence_counts q = sequences_of(c);
+  switch (objective) {
+    case objective_kind::token_mean: return rational(c.valid_tokens);
+    case objective_kind::weighted_token_mean: return (*c.masses)[0];
+    case objective_kind::sequence_mean: return rational(q.sequences) * q.group_tokens;
+    case objective_kind::sequence_sum_mean: return rational(q.sequences);
+    case objective_kind::constant: return *c.normalizer;
+  }
+  return rational(c.valid_tokens);
+}
+
+enum class outcome { holds, wrong, divides_by_zero };
+
+struct judged {
+  outcome result = outcome::holds;
+  recipe_value scale;
+};
+
+judged judge(const group_scope& s, const recipe& r, const count_configuration& c) {
+  judged j;
+  j.scale = r.scale.evaluate(values_of(c));
+  if (!j.scale.value) {
+    j.result = outcome::divides_by_zero;
+    return j;
+  }
+  if (!weighs(c)) return j;
+  rational effective = *j.scale.value * objective_units_at(s.objective, c);
+  if (s.reducer == reducer_kind::mean) effective /= c.world_size;
+  if (effective != 1) j.result = outcome::wrong;
+  return j;
+}
+
+// ---- the exhaustive scope ----
+
+// One group's counts in the exhaustive scope, in integers.
+struct group_view {
+  std::uint64_t w = 1, g = 1, n = 0, n_r = 0, n_m = 0, n_s = 0, b = 0, b_r = 0, b_m = 0;
+  bool declared = false;
+};
+
+// The fewest sequences that hold `tokens` valid tokens in microbatches of at most scope_tokens, when every
+// microbatch with a token declares sequences; none otherwise.
+std::uint64_t fewest_sequences(std::uint64_t tokens, bool required) {
+  return required ? (tokens + scope_tokens - 1) / scope_tokens : 0;
+}
+
+// Every distinct view a group of a partition of the scope has, smallest N first: W ≤ world_size ranks of
+// G ≤ microbatches microbatches of at most scope_tokens tokens, each microbatch either without sequences or
+// with 1 to scope_sequences of them. A microbatch's sequences hold all its tokens, so the group's microbatch
+// holds n_m − n_s more tokens in b_m − [n_s > 0] more sequences with tokens; any number of further sequences
+// without tokens changes no count.
+template <typename Visit>
+void each_view(const group_scope& s, Visit&& visit) {
+  const std::uint64_t per_rank = s.microbatches * scope_tokens;
+  for (std::uint64_t n = 1; n <= s.world_size * per_rank; ++n)
+    for (std::uint64_t w = 1; w <= s.world_size; ++w)
+      for (std::uint64_t g = 1; g <= s.microbatches; ++g) {
+        auto with_rest = [&](group_view v) {
+          v.w = w;
+          v.g = g;
+          v.n = n;
+          for (std::uint64_t rest = 0; rest <= (g - 1) * scope_tokens; ++rest) {
+            v.n_r = v.n_m + rest;
+            if (v.n_r > n) break;
+            const std::uint64_t others = n - v.n_r;
+            if (others > (w - 1) * per_rank) continue;
+            const std::uint64_t rest_most = s.sequences ? rest : 0;
+            const std::uint64_t others_most = s.sequences ? others : 0;
+            for (std::uint64_t rest_sequences = fewest_sequences(rest, s.required); rest_sequences <= rest_most;
+                 ++rest_sequences)
+              for (std::uint64_t other_sequences = fewest_sequences(others, s.required);
+                   other_sequences <= others_most; ++other_sequences) {
+                v.b_r = v.b_m + rest_sequences;
+                v.b = v.b_r + other_sequences;
+                visit(v);
+              }
+          }
+        };
+        // A microbatch without tokens and without sequences shows the counts of one whose sequences hold none.
+        if (!s.required)
+          for (std::uint64_t n_m = s.sequences ? 1 : 0; n_m <= scope_tokens; ++n_m) {
+            group_view v;
+            v.n_m = v.n_s = n_m;
+            with_rest(v);
+          }
+        if (s.sequences)
+          for (std::uint64_t n_s = 0; n_s <= scope_tokens; ++n_s)
+            for (std::uint64_t more = 0; n_s + more <= scope_tokens; ++more)
+              for (std::uint64_t more_sequences = std::min<std::uint64_t>(more, 1);
+                   more_sequences <= std::min(more, scope_sequences - 1); ++more_sequences) {
+                group_view v;
+                v.declared = true;
+                v.n_s = n_s;
+                v.n_m = n_s + more;
+                v.b_m = (n_s > 0 ? 1 : 0) + more_sequences;
+                with_rest(v);
+              }
+      }
+}
+
+// Partitions in the exhaustive scope: ordered ranks of ordered microbatches, each a token count or a list of
+// sequences' token counts, with at least one valid token.
+integer scope_partitions(const group_scope& s) {
+  // Shapes of one microbatch: without sequences (0 to scope_tokens tokens; only an empty one where every
+  // microbatch with a token declares sequences), or k sequences sharing at most scope_tokens tokens.
+  integer shapes = s.required ? 1 : scope_tokens + 1;
+  integer empty_shapes = 1;
+  if (s.sequences)
+    for (std::uint64_t k = 1; k <= scope_sequences; ++k) {
+      integer ways = 1;  // C(scope_tokens + k, k)
+      for (std::uint64_t i = 1; i <= k; ++i) ways = ways * (scope_tokens + i) / i;
+      shapes += ways;
+      empty_shapes += 1;
+    }
+  integer ranks = 0;
+  integer empty_ranks = 0;
+  for (std::uint64_t g = 1; g <= s.microbatches; ++g) {
+    ranks += boost::multiprecision::pow(shapes, static_cast<unsigned>(g));
+    empty_ranks += boost::multiprecision::pow(empty_shapes, static_cast<unsigned>(g));
+  }
+  integer total = 0;
+  for (std::uint64_t w = 1; w <= s.world_size; ++w)
+    total += boost::multiprecision::pow(ranks, static_cast<unsigned>(w)) -
+             boost::multiprecision::pow(empty_ranks, static_cast<unsigned>(w));
+  return total;
+}
+
+// The configuration of a view, with the per-token weights of its four token groups (the group, the rest of its
+// microbatch, the rest of its rank, the other ranks) and a normalizer where the scope has them.
+count_configuration configuration_of(const group_scope& s, const group_view& v, const std::array<rational, 4>* weights,
+                                     const rational* normalizer) {
+  count_configuration c{v.w, v.n, v.n_r, v.n_m, v.g, std::nullopt};
+  if (s.sequences) c.sequences = sequence_counts{v.declared, v.n_s, v.b, v.b_r, v.b_m};
+  if (weights) {
+    const rational group = (*weights)[0] * v.n_s;
+    const rational microbatch = group + (*weights)[1] * (v.n_m - v.n_s);
+    const rational rank = microbatch + (*weights)[2] * (v.n_r - v.n_m);
+    const rational update = rank + (*weights)[3] * (v.n - v.n_r);
+    c.masses = std::array<rational, 3>{update, rank, microbatch};
+    c.group_mass = group;
+  }
+  if (normalizer) c.normalizer = *normalizer;
+  return c;
+}
+
+// The judgement of a view depends only on the variables it can read: they key a memo, so that each distinct
+// judgement is computed once however many partitions share it.
+using view_key = std::array<std::uint64_t, all_count_variables.size() + 1>;
+
+struct view_key_hash {
+  std::size_t operator()(const view_key& key) const noexcept {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::uint64_t part : key) h = (h ^ part) * 1099511628211ull;
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// ---- the replay partition of a configuration ----
+
+// Deals `tokens` valid tokens (target 0) in `sequences` sequences with tokens over the microbatches `slots`,
+// round robin; without sequences, as plain tokens.
+void deal(std::vector<std::vector<token>*> slots, std::vector<std::vector<std::size_t>*> lengths, std::uint64_t tokens,
+          std::uint64_t sequences) {
+  if (slots.empty()) return;
+  if (sequences == 0) {
+    for (std::uint64_t i = 0; i < tokens; ++i) slots[i % slots.size()]->emplace_back(rational(0));
+    return;
+  }
+  for (std::uint64_t j = 0; j < sequences; ++j) {
+    const std::uint64_t length = j == 0 ? tokens - (sequences - 1) : 1;
+    slots[j % slots.size()]->insert(slots[j % slots.size()]->end(), length, token(rational(0)));
+    lengths[j % slots.size()]->push_back(length);
+  }
+}
+
+// A partition whose rank 0, microbatch 0, first group has the configuration's counts; that group's tokens have
+// target 1 and all others 0 at θ = 0, so the group alone decides the gradient.
+token_partition partition_for(const group_scope& s, const count_configuration& c) {
+  const sequence_counts q = sequences_of(c);
+  token_partition tokens;
+  if (!s.weighted) tokens.objective = s.objective;
+  if (c.normalizer) tokens.normalizer = *c.normalizer;
+  std::vector<std::vector<token>> first(c.microbatches);
+  std::vector<std::vector<std::size_t>> first_lengths(c.microbatches);
+  first[0].assign(q.group_tokens, token(rational(1)));
+  if (q.declared) {
+    first_lengths[0].push_back(q.group_tokens);
+    const std::uint64_t more_sequences = q.microbatch_sequences - (q.group_tokens > 0 ? 1 : 0);
+    deal({&first[0]}, {&first_lengths[0]}, c.microbatch_tokens - q.group_tokens, more_sequences);
+  }
+  std::vector<std::vector<token>*> rest;
+  std::vector<std::vector<std::size_t>*> rest_lengths;
+  for (std::size_t m = 1; m < first.size(); ++m) {
+    rest.push_back(&first[m]);
+    rest_lengths.push_back(&first_lengths[m]);
+  }
+  deal(rest, rest_lengths, c.rank_tokens - c.microbatch_tokens, q.rank_sequences - q.microbatch_sequences);
+  std::vector<std::vector<std::vector<token>>> ranks{std::move(first)};
+  std::vector<std::vector<std::vector<std::size_t>>> lengths{std::move(first_lengths)};
+  ranks.resize(c.world_size, std::vector<std::vector<token>>(1));
+  lengths.resize(c.world_size, std::vector<std::vector<std::size_t>>(1));
+  std::vector<std::vector<token>*> others;
+  std::vector<std::vector<std::size_t>*> other_lengths;
+  for (std::size_t r = 1; r < ranks.size(); ++r) {
+    others.push_back(&ranks[r][0]);
+    other_lengths.push_back(&lengths[r][0]);
+  }
+  deal(others, other_lengths, c.valid_tokens - c.rank_tokens, q.sequences - q.rank_sequences);
+  // A microbatch with tokens but no sequence (a plain one) keeps no lengths; a sequenced microbatch whose
+  // tokens fill no sequence cannot occur.
+  tokens.ranks = std::move(ranks);
+  const bool any = std::any_of(lengths.begin(), lengths.end(), [](const auto& rank) {
+    return std::any_of(rank.begin(), rank.end(), [](const auto& m) { return !m.empty(); });
+  });
+  if (any) tokens.sequences = std::move(lengths);
+  if (c.masses) {
+    // Every token of a token group weighs the group's mass over its count, so the masses are the configuration's.
+    const auto [mass, rank_mass, microbatch_mass] = *c.masses;
+    const rational group_mass = c.group_mass.value_or(microbatch_mass);
+    auto each = [](const rational& part, std::uint64_t count) { return count == 0 ? rational(0) : rational(part / count); };
+    const rational own = each(group_mass, q.group_tokens);
+    const rational rest_of_microbatch = each(microbatch_mass - group_mass, c.microbatch_tokens - q.group_tokens);
+    const rational rest_of_rank = each(rank_mass - microbatch_mass, c.rank_tokens - c.microbatch_tokens);
+    const rational other_ranks = each(mass - rank_mass, c.valid_tokens - c.rank_tokens);
+    for (std::size_t r = 0; r < tokens.ranks.size(); ++r) {
+      std::vector<std::vector<token>> rank_weights;
+      for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m) {
+        std::vector<token> w;
+        for (std::size_t i = 0; i < tokens.ranks[r][m].size(); ++i)
+          w.emplace_back(r > 0 ? other_ranks : m > 0 ? rest_of_rank : i < q.group_tokens ? own : rest_of_microbatch);
+        rank_weights.push_back(std::move(w));
+      }
+      tokens.weights.push_back(std::move(rank_weights));
+    }
+  }
+  return tokens;
+}
+
+std::string what_it_misses(objective_kind objective) {
+  switch (objective) {
+    case objective_kind::token_mean: return "the token-mean gradient";
+    case objective_kind::weighted_token_mean: return "the weighted token-mean gradient";
+    case objective_kind::sequence_mean: return "the sequence-mean gradient";
+    case objective_kind::sequence_sum_mean: return "the gradient of the mean of sequence sums";
+    case objective_kind::constant: return "the gradient of the loss sum over C";
+  }
+  return "the objective's gradient";
+}
+
+recipe_counterexample expose(const group_scope& s, const recipe& r, const count_configuration& c, const judged& j) {
+  recipe_counterexample example;
+  example.where = c;
+  example.scale = j.scale.value;
+  example.zero_divisor = j.scale.zero_divisor;
+  example.tokens = partition_for(s, c);
+  example.tokens.reducer = r.reducer;
+  const partition update = to_partition(example.tokens);
+  example.objective = *gradient(update, strategy::global_mean);
+  example.recipe_gradient = recipe_gradient(update, r).value;
+  document_options options;
+  options.description = "Counterexample from normcheck prove: the recipe \"" + r.scale.text() + "\" under the " +
+                        std::string(reducer_name(r.reducer)) + " reducer at " + describe(c) +
+                        (j.result == outcome::divides_by_zero ? " divides by zero (" + j.scale.zero_divisor + ")"
+                                                              : " is not " + what_it_misses(s.objective)) +
+                        ".";
+  options.expect.push_back({strategy::global_mean, example.objective});
+  options.declare_world_size = true;
+  options.recipe_scale = r.scale.text();
+  options.recipe_reducer = r.reducer;
+  example.document = write_document(example.tokens, options);
+  return example;
+}
+
+std::string list_of(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+std::string grouped(std::string digits) {
+  for (std::size_t at = digits.size(); at > 3; at -= 3) digits.insert(at - 3, ",");
+  return digits;
+}
+
+std::string grouped(std::uint64_t value) { return grouped(std::to_string(value)); }
+
+// One proof: the scopes in order, each finding kept until one refutes the recipe.
+class group_prover {
+public:
+  group_prover(const recipe& r, objective_kind objective) : recipe_(r), scope_(scope_for(r, objective)) {}
+
+  proof_result run() {
+    exhaustive_scope();
+    if (!first_wrong_) random_scope();
+    if (!first_wrong_) decide_for_all_counts();
+    if (first_wrong_) {
+      result_.verdict = proof_verdict::wrong;
+      result_.counterexample = expose(scope_, recipe_, first_wrong_->first, first_wrong_->second);
+      if (first_zero_) result_.division_risk = expose(scope_, recipe_, first_zero_->first, first_zero_->second);
+    } else if (first_zero_) {
+      result_.verdict = proof_verdict::divides_by_zero;
+      result_.counterexample = expose(scope_, recipe_, first_zero_->first, first_zero_->second);
+    }
+    return result_;
+  }
+
+private:
+  // Keeps the first wrong and the first dividing configuration. A wrong one is kept when its replay partition
+  // is defined everywhere (the file then shows two numbers that differ), or after enough tries.
+  void note(const count_configuration& c, const judged& j) {
+    if (j.result == outcome::wrong && !first_wrong_) {
+      token_partition tokens = partition_for(scope_, c);
+      tokens.reducer = recipe_.reducer;
+      if (++replays_ > replay_attempts || recipe_gradient(to_partition(tokens), recipe_).value) first_wrong_.emplace(c, j);
+    }
+    if (j.result == outcome::divides_by_zero && !first_zero_) first_zero_.emplace(c, j);
+  }
+
+  bool settled(outcome result) const {
+    return result == outcome::holds || (result == outcome::wrong && first_wrong_) ||
+           (result == outcome::divides_by_zero && first_zero_);
+  }
+
+  // Judges a view under every weighting or normalizer of the scope; each distinct judgement once.
+  void judge_view(const group_view& v, std::unordered_map<view_key, judged, view_key_hash>& memo) {
+    view_key base{};
+    auto set = [&](count_variable variable, std::uint64_t value) {
+      if (relevant(scope_, recipe_, variable)) base[index_of(variable)] = value;
+    };
+    set(count_variable::W, v.w);
+    set(count_variable::N, v.n);
+    set(count_variable::n_r, v.n_r);
+    set(count_variable::n_m, v.n_m);
+    set(count_variable::G, v.g);
+    set(count_variable::B, v.b);
+    set(count_variable::b_r, v.b_r);
+    set(count_variable::b_m, v.b_m);
+    set(count_variable::n_s, v.n_s);
+    auto once = [&](view_key key, const std::array<rational, 4>* weights, const rational* normalizer) {
+      ++judged_configurations_;
+      auto found = memo.find(key);
+      if (found == memo.end())
+        found = memo.emplace(key, judge(scope_, recipe_, configuration_of(scope_, v, weights, normalizer))).first;
+      if (!settled(found->second.result)) note(configuration_of(scope_, v, weights, normalizer), found->second);
+    };
+    if (scope_.constant) {
+      for (std::size_t i = 0; i < scope_normalizers.size(); ++i) {
+        view_key key = base;
+        if (relevant(scope_, recipe_, count_variable::C)) key[index_of(count_variable::C)] = i;
+        key.back() = v.n_s > 0;
+        once(key, nullptr, &scope_normalizers[i]);
+      }
+      return;
+    }
+    if (!scope_.weighted) {
+      view_key key = base;
+      key.back() = v.n_s > 0;
+      once(key, nullptr, nullptr);
+      return;
+    }
+    const std::array<std::uint64_t, 4> group_tokens{v.n_s, v.n_m - v.n_s, v.n_r - v.n_m, v.n - v.n_r};
+    std::array<std::size_t, 4> choice{};
+    for (std::size_t combination = 0; combination < 256; ++combination) {
+      bool distinct = true;  // skip repeats that only change the weight of a token group without tokens
+      for (std::size_t k = 0; k < 4; ++k) {
+        choice[k] = (combination >> (2 * k)) & 3;
+        if (group_tokens[k] == 0 && choice[k] != 0) distinct = false;
+      }
+      if (!distinct) continue;
+      // Twice every mass is an integer: the weights are multiples of 1/2.
+      std::array<std::uint64_t, 4> twice{};
+      for (std::size_t k = 0; k < 4; ++k) twice[k] = (choice[k] == 3 ? 4 : choice[k]) * group_tokens[k];
+      const std::uint64_t microbatch = twice[0] + twice[1];
+      const std::uint64_t rank = microbatch + twice[2];
+      const std::uint64_t update = rank + twice[3];
+      if (update == 0) continue;  // M = 0 has no objective
+      view_key key = base;
+      if (relevant(scope_, recipe_, count_variable::M)) key[index_of(count_variable::M)] = update;
+      if (relevant(scope_, recipe_, count_variable::m_r)) key[index_of(count_variable::m_r)] = rank;
+      if (relevant(scope_, recipe_, count_variable::m_m)) key[index_of(count_variable::m_m)] = microbatch;
+      key.back() = twice[0] > 0;
+      const std::array<rational, 4> weights{scope_weights[choice[0]], scope_weights[choice[1]],
+                                            scope_weights[choice[2]], scope_weights[choice[3]]};
+      once(key, &weights, nullptr);
+    }
+  }
+
+  void exhaustive_scope() {
+    std::unordered_map<view_key, judged, view_key_hash> memo;
+    std::uint64_t views = 0;
+    each_view(scope_, [&](const group_view& v) {
+      ++views;
+      judge_view(v, memo);
+    });
+    const std::string bounds = "W ≤ " + std::to_string(scope_.world_size) + ", G ≤ " +
+                               std::to_string(scope_.microbatches) + " and at most " + std::to_string(scope_tokens) +
+                               " tokens per microbatch";
+    std::string text = "every partition with " + bounds;
+    if (!scope_.sequences)
+      text += " (sequences do not matter: neither the recipe nor the objective reads them)";
+    else if (scope_.required)
+      text += ", every microbatch with a valid token declaring 1 to " + std::to_string(scope_sequences) +
+              " sequences (sequences without a valid token included)";
+    else
+      text += ", each microbatch declaring 1 to " + std::to_string(scope_sequences) +
+              " sequences (sequences without a valid token included) or none";
+    text += " (" + grouped(scope_partitions(scope_).str()) + " partitions, through the " + grouped(views) + " distinct " +
+            (scope_.sequences ? "(W, G, N, n_r, n_m, n_s, B, b_r, b_m)" : "(W, N, n_r, n_m, G)") +
+            " a group of them can see";
+    if (scope_.constant) {
+      std::vector<std::string> values;
+      for (const rational& c : scope_normalizers) values.push_back(to_string(c));
+      text += ", each with C = " + list_of(values) + " (" + grouped(judged_configurations_) + " configurations)";
+    }
+    if (scope_.weighted)
+      text += ", each with the tokens of the group, of the rest of its microbatch, of the rest of its rank and of the "
+              "other ranks weighing 0, 1/2, 1 or 2 each (" + grouped(judged_configurations_) +
+              " configurations with M > 0)";
+    result_.coverage = text + "), smallest N first";
+  }
+
+  // A random configuration far beyond the exhaustive scope.
+  count_configuration random_configuration(deterministic_random& random) const {
+    const std::uint64_t most_tokens = 1000;     // per microbatch
+    const std::uint64_t most_sequences = 64;    // per microbatch
+    count_configuration c;
+    c.world_size = 1 + random.below(64);
+    c.microbatches = 1 + random.below(16);
+    sequence_counts q;
+    q.declared = scope_.sequences && (scope_.required || random.below(4) != 0);
+    // The fewest sequences that hold these tokens in microbatches of at most most_tokens.
+    auto fewest = [&](std::uint64_t tokens) {
+      return scope_.required ? (tokens + most_tokens - 1) / most_tokens : std::uint64_t{0};
+    };
+    auto some_sequences = [&](std::uint64_t tokens, std::uint64_t microbatches) -> std::uint64_t {
+      if (!scope_.sequences || tokens == 0) return 0;
+      const std::uint64_t low = fewest(tokens);
+      const std::uint64_t high = std::min(tokens, most_sequences * microbatches);
+      return low + random.below(high - low + 1);
+    };
+    if (q.declared) {
+      q.group_tokens = random.below(most_tokens + 1);
+      const std::uint64_t more = random.below(most_tokens - q.group_tokens + 1);
+      const std::uint64_t more_sequences = more == 0 ? 0 : 1 + random.below(std::min(more, most_sequences - 1));
+      c.microbatch_tokens = q.group_tokens + more;
+      q.microbatch_sequences = (q.group_tokens > 0 ? 1 : 0) + more_sequences;
+    } else {
+      c.microbatch_tokens = q.group_tokens = random.below(most_tokens + 1);
+    }
+    const std::uint64_t rest = c.microbatches > 1 ? random.below(most_tokens * (c.microbatches - 1) + 1) : 0;
+    c.rank_tokens = c.microbatch_tokens + rest;
+    q.rank_sequences = q.microbatch_sequences + some_sequences(rest, c.microbatches - 1);
+    const std::uint64_t others = c.world_size > 1 ? random.below(16 * most_tokens * (c.world_size - 1) + 1) : 0;
+    c.valid_tokens = c.rank_tokens + others;
+    q.sequences = q.rank_sequences + some_sequences(others, 16 * (c.world_size - 1));
+    if (c.valid_tokens == 0) {
+      c.valid_tokens = c.rank_tokens = c.microbatch_tokens = q.group_tokens = 1;
+      if (q.declared) q.sequences = q.rank_sequences = q.microbatch_sequences = 1;
+    }
+    if (scope_.sequences) c.sequences = q;
+    if (scope_.weighted) {
+      std::array<rational, 4> weights;
+      for (rational& w : weights) w = fraction(random.below(17), 1 + random.below(8));
+      group_view v{c.world_size, c.microbatches, c.valid_tokens, c.rank_tokens, c.microbatch_tokens,
+                   q.group_tokens, q.sequences, q.rank_sequences, q.microbatch_sequences, q.declared};
+      count_configuration weighted = configuration_of(scope_, v, &weights, nullptr);
+      if ((*weighted.masses)[0] == 0) {
+        const std::array<rational, 4> ones{rational(1), rational(1), rational(1), rational(1)};
+        weighted = configuration_of(scope_, v, &ones, nullptr);
+      }
+      c.masses = weighted.masses;
+      c.group_mass = weighted.group_mass;
+    }
+    if (scope_.constant) c.normalizer = fraction(1 + random.below(64), 1 + random.below(8));
+    return c;
+  }
+
+  void random_scope() {
+    deterministic_random random(0x2545F4914F6CDD1Dull);
+    for (int i = 0; i < random_configurations && !first_wrong_; ++i) {
+      const count_configuration c = random_configuration(random);
+      const judged j = judge(scope_, recipe_, c);
+      if (!settled(j.result)) note(c, j);
+    }
+    result_.coverage += "; " + std::to_string(random_configurations) +
+                        " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
+                        (scope_.sequences ? " in up to 64 sequences" : "") +
+                        (scope_.weighted ? " and per-group token weights p/q with p ≤ 16, q ≤ 8" : "") +
+                        (scope_.constant ? " and C = p/q with p ≤ 64, q ≤ 8" : "");
+  }
+
+  // F = c·T − d (T the objective's units at the group: N, M, B·n_s, B or C) is a rational function of the
+  // variables; its numerator has total degree at most D, so if F vanishes on a product grid of D + 1 values of
+  // each variable it depends on, inside the domain, the numerator is the zero polynomial and the identity holds
+  // for all counts. The grid stands in the generic part of the domain (every group, microbatch, rank and
+  // sequence holding tokens), which determines the polynomial.
+  void decide_for_all_counts() {
+    const auto [numerator_degree, denominator_degree] = recipe_.scale.degree_bound();
+    const unsigned units_degree = scope_.objective == objective_kind::sequence_mean ? 2 : 1;
+    const unsigned degree = std::max(numerator_degree, denominator_degree) + units_degree;
+    const std::string where_defined = first_zero_ ? " where it is defined" : "";
+    if (degree > largest_decided_degree) {
+      result_.coverage += "; the expression's degree bound " + std::to_string(degree) +
+                          " is too large to decide for all counts, so this is checked, not proved" + where_defined;
+      return;
+    }
+    const std::uint64_t d = degree;
+    struct axis {
+      count_variable variable;
+      std::uint64_t low;
+      std::uint64_t high;
+    };
+    std::vector<axis> axes;
+    auto add = [&](count_variable v, std::uint64_t low) {
+      axes.push_back({v, low, relevant(scope_, recipe_, v) ? low + d : low});
+    };
+    // Each range starts above the ranges of what it must hold: n_m holds the group's n_s tokens and b_m − 1 more
+    // sequences of at least one token, n_r holds n_m and b_r − b_m sequences more, and so on.
+    add(count_variable::W, 2);
+    add(count_variable::G, 2);
+    if (scope_.sequences) {
+      add(count_variable::n_s, 1);
+      add(count_variable::b_m, 2);
+      add(count_variable::n_m, 2 * d + 2);
+      add(count_variable::b_r, d + 3);
+      add(count_variable::n_r, 5 * d + 3);
+      add(count_variable::B, 2 * d + 4);
+      add(count_variable::N, 8 * d + 4);
+    } else {
+      add(count_variable::n_m, 1);
+      add(count_variable::n_r, d + 2);
+      add(count_variable::N, 2 * d + 3);
+    }
+    if (scope_.weighted) {
+      add(count_variable::m_m, 1);
+      add(count_variable::m_r, d + 2);
+      add(count_variable::M, 2 * d + 3);
+    }
+    if (scope_.constant) add(count_variable::C, 1);
+    std::uint64_t size = 1;
+    for (const axis& a : axes) {
+      size *= a.high - a.low + 1;
+      if (size > largest_grid) {
+        result_.coverage += "; the grid for the expression's degree bound " + std::to_string(degree) + " over its " +
+                            "variables passes " + grouped(largest_grid) +
+                            " configurations, so this is checked, not proved" + where_defined;
+        return;
+      }
+    }
+    std::vector<std::uint64_t> at;
+    for (const axis& a : axes) at.push_back(a.low);
+    auto value = [&](count_variable v) {
+      for (std::size_t i = 0; i < axes.size(); ++i)
+        if (axes[i].variable == v) return at[i];
+      return std::uint64_t{0};
+    };
+    std::uint64_t points = 0;
+    bool undefined_somewhere = false;
+    for (;;) {
+      count_configuration c{value(count_variable::W), value(count_variable::N), value(count_variable::n_r),
+                            value(count_variable::n_m), value(count_variable::G), std::nullopt};
+      if (scope_.sequences)
+        c.sequences = sequence_counts{true, value(count_variable::n_s), value(count_variable::B),
+                                      value(count_variable::b_r), value(count_variable::b_m)};
+      if (scope_.weighted) {
+        c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
+                                           rational(value(count_variable::m_m))};
+        c.group_mass = fraction(value(count_variable::m_m), 2);
+      }
+      if (scope_.constant) c.normalizer = rational(value(count_variable::C));
+      const judged j = judge(scope_, recipe_, c);
+      if (j.result == outcome::divides_by_zero) undefined_somewhere = true;
+      if (!settled(j.result)) note(c, j);
+      if (first_wrong_) return;
+      ++points;
+      std::size_t i = 0;
+      for (; i < axes.size(); ++i) {
+        if (at[i] < axes[i].high) {
+          ++at[i];
+          break;
+        }
+        at[i] = axes[i].low;
+      }
+      if (i == axes.size()) break;
+    }
+    std::vector<std::string> read;
+    for (count_variable v : objective_variables(scope_.objective)) read.emplace_back(variable_name(v));
+    const std::string units = read.size() == 1 ? read.front() : "(" + read[0] + "·" + read[1] + ")";
+    if (undefined_somewhere) {
+      result_.coverage += "; no grid point where it is defined refutes it, but some grid point divides by zero, so "
+                          "this is checked, not proved, where it is defined";
+      return;
+    }
+    result_.verdict = proof_verdict::proved;
+    result_.coverage += std::string(first_zero_ ? "; wherever it is defined it gives the objective's gradient" : "") +
+                        "; proved for all " + (scope_.weighted ? "counts and masses" : "counts") + ": c·" + units +
+                        " − d has a numerator of degree at most " + std::to_string(degree) + " and vanishes on a grid of " +
+                        grouped(points) + " configurations (" + std::to_string(degree + 1) +
+                        " values of each variable it depends on)";
+  }
+
+  const recipe& recipe_;
+  group_scope scope_;
+  proof_result result_;
+  std::optional<std::pair<count_configuration, judged>> first_wrong_;
+  std::optional<std::pair<count_configuration, judged>> first_zero_;
+  std::uint64_t judged_configurations_ = 0;
+  int replays_ = 0;
+};
+
+}  // namespace
+
+bool decided_by_groups(const recipe& r, objective_kind objective) {
+  return counts_sequences(objective) || objective == objective_kind::constant || reads_sequences(r);
+}
+
+proof_result prove_by_groups(const recipe& r, objective_kind objective) { return group_prover(r, objective).run(); }
+
+}  // namespace normcheck::detail
