@@ -462,6 +462,12 @@ class Probe:
             self._ddp = weakref.ref(ddp)
         if ddp.require_backward_grad_sync:
             self._sync_forward = True
+        if not self._active:
+            # A step not judged: no loss term reaches p, and DDP (without find_unused_parameters) would stop
+            # at the next forward because a parameter it holds got no gradient. p is routed through the
+            # output with a gradient of exactly 0, which the next probe.step() discards.
+            routed, found = _route(output, self.probe_parameters())
+            return routed if found else None
         if not getattr(ddp, "find_unused_parameters", False):
             return None  # every probe parameter gets its gradient through the loss's terms
         # DDP looks for the parameters the output depends on: p must be among them, or it is marked unused.

@@ -8,7 +8,9 @@ scenario. The scenarios:
 - clipping every parameter after ``probe.step()`` ended, then checking: the judged gradient is the one
   captured at the synchronizing backward (and a probe that reads p.grad at check time is caught);
 - ``probe.check()`` after ``optimizer.step()``, raising on every rank with the diagnosis and the table;
-- PowerSGD, whose hook crashed on a 0-dimensional p (p is 1-D now).
+- PowerSGD, whose hook crashed on a 0-dimensional p (p is 1-D now);
+- a step judged after one that was not, under DDP without find_unused_parameters (p got no gradient in
+  the unjudged step, and DDP stopped at the next forward).
 """
 
 import contextlib
@@ -104,6 +106,30 @@ def check_after_the_update(rank, make_probe):
     return caught(lambda: probe.check(ddp, optimizer=optimizer))
 
 
+def judged_after_unjudged(rank, make_probe, broken):
+    """A training step the probe does not judge, then one it judges, under DDP without find_unused_parameters."""
+    model = tiny_lm.make_model(torch.float32)
+    probe = make_probe(model)
+    ddp = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(probe.model_parameters(), lr=0.01)
+    counts = probe_loops.Counts(probe_loops.window("uneven", 2, 2))
+
+    def steps():
+        if broken:
+            probe._active = True  # what the probe did before: nothing routed p outside probe.step()
+        for tokens, labels in probe_loops.Step(ddp, probe, counts, rank, torch.float32).batches:  # not judged
+            logits = ddp(tokens)
+            F.cross_entropy(logits[:, :-1].reshape(-1, tiny_lm.VOCAB), labels[:, 1:].reshape(-1)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        probe._active = False
+        with probe.step(wrap=False):
+            step_of(ddp, probe, rank)
+        return probe.check(ddp).verdict
+
+    return caught(steps)
+
+
 def scenarios(rank, world_size, probe):
     """Every scenario on this rank."""
     return {
@@ -112,6 +138,8 @@ def scenarios(rank, world_size, probe):
         "clipped": clipped_after_the_step(rank, probe, broken=False),
         "clipped_broken": clipped_after_the_step(rank, probe, broken=True),
         "check_after_update": check_after_the_update(rank, probe),
+        "judged_after_unjudged": judged_after_unjudged(rank, probe, broken=False),
+        "judged_after_unjudged_broken": judged_after_unjudged(rank, probe, broken=True),
     }
 
 
@@ -174,3 +202,10 @@ def test_powersgd_on_a_one_dimensional_p():
     assert probe.parameter.dim() == 1 and probe.parameter.view(probe.parameter.shape[0], -1).shape[1] == 1
     with pytest.raises(ProbeError):
         Probe(tiny_lm.make_model(torch.float32), slots=0)
+
+
+def test_a_step_judged_after_one_that_was_not_passes_under_plain_ddp(ranks):
+    for rank in ranks:
+        assert rank["judged_after_unjudged"] == {"value": "pass"}, rank["judged_after_unjudged"]
+        error = rank["judged_after_unjudged_broken"].get("error", "")
+        assert error.startswith("RuntimeError"), "the test catches a probe that leaves p out of unjudged steps"
