@@ -172,6 +172,7 @@ TEST_CASE("a sequence objective's counterexample is read back with its sequences
   REQUIRE(value.value);
   CHECK(*value.value != *gradient(file.update, strategy::global_mean));
   CHECK(*value.value == *result.counterexample->recipe_gradient);
+}
 
 TEST_CASE("a scale that divides by zero only beyond every scope is never proved, and says where") {
   auto check_zero = [](const char* scale, const std::function<std::uint64_t(const count_configuration&)>& count,
