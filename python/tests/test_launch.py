@@ -43,8 +43,7 @@ def test_a_hung_rank_fails_the_launch_at_its_time_limit(tmp_path):
     started = time.monotonic()
     with pytest.raises(LaunchError, match="time limit of 4 s: killed rank") as raised:
         launch(skips_its_collective, 2, timeout=limit, directory=str(tmp_path))
-    seconds = time.monotonic() - started
-    assert limit <= seconds < limit + 15
+    assert time.monotonic() - started >= limit  # it waited for the limit, then ended the hang
     assert "rank(s) 0" in str(raised.value)
     assert raised.value.timed_out and 0 in raised.value.killed and len(raised.value.pids) == 2
 
@@ -57,10 +56,9 @@ def raises_on_rank_one(rank, world_size, probe):
 
 
 def test_an_exception_on_one_rank_ends_the_launch_early_with_its_traceback(tmp_path):
-    started = time.monotonic()
     with pytest.raises(LaunchError) as raised:
         launch(raises_on_rank_one, 2, timeout=60, directory=str(tmp_path))
-    assert time.monotonic() - started < 30  # the other rank is killed, not waited for
+    assert not raised.value.timed_out  # the other rank is killed when rank 1 fails, not at the time limit
     message = str(raised.value)
     assert "ValueError: a bug on rank 1" in message
     # Rank 0 is killed in its barrier, or has already failed there when rank 1's connection closed.
@@ -124,7 +122,5 @@ def one_rank_moves_p(rank, world_size, probe):
 
 
 def test_misuse_on_one_rank_is_reported_on_every_rank_without_a_hang(tmp_path):
-    started = time.monotonic()
-    messages = launch(one_rank_moves_p, 2, timeout=60, directory=str(tmp_path))
-    assert time.monotonic() - started < 30
-    assert messages[0] == messages[1] and "p is 1.0, not 0" in messages[0]
+    messages = launch(one_rank_moves_p, 2, timeout=60, directory=str(tmp_path))  # a hang would raise LaunchError
+    assert messages[0] == messages[1] and messages[0].startswith("p is not 0: an optimizer or an update moved it")
