@@ -132,7 +132,9 @@ TEST_CASE("the lab's data holds every message, the help, the limits and the lite
       {"leading_zero", "007"}, {"zero_denominator", "-5/0"}, {"no_fraction_digit", "-3."},
       {"no_exponent_digit", "2E-"}, {"no_hex_digit", "-0X.p3"}, {"no_binary_exponent", "0x1.8"},
       {"exponent_too_large", "0x1p-20000"}};
-  for (const auto& [kind, literal] : literals) {
+  for (const auto& entry : literals) {
+    const std::string& kind = entry.first;  // not a structured binding: CAPTURE's lambda cannot capture one in clang 14
+    const std::string& literal = entry.second;
     CAPTURE(kind);
     normcheck::lab_session lab;
     const normcheck::lab_reply reply = lab.execute("set lr " + literal);
