@@ -4,6 +4,7 @@
 #include "normcheck/core/gradients.hpp"
 
 #include "core/deterministic_random.hpp"
+#include "count_grid.hpp"
 
 #include <algorithm>
 #include <array>
@@ -637,12 +638,7 @@ private:
       return;
     }
     const std::uint64_t d = degree;
-    struct axis {
-      count_variable variable;
-      std::uint64_t low;
-      std::uint64_t high;
-    };
-    std::vector<axis> axes;
+    std::vector<count_axis> axes;
     auto add = [&](count_variable v, std::uint64_t low) {
       axes.push_back({v, low, relevant(scope_, recipe_, v) ? low + d : low});
     };
@@ -670,7 +666,7 @@ private:
     }
     if (scope_.constant) add(count_variable::C, 1);
     std::uint64_t size = 1;
-    for (const axis& a : axes) {
+    for (const count_axis& a : axes) {
       size *= a.high - a.low + 1;
       if (size > largest_grid) {
         result_.coverage += "; the grid for the expression's degree bound " + std::to_string(degree) + " over its " +
@@ -680,12 +676,8 @@ private:
       }
     }
     std::vector<std::uint64_t> at;
-    for (const axis& a : axes) at.push_back(a.low);
-    auto value = [&](count_variable v) {
-      for (std::size_t i = 0; i < axes.size(); ++i)
-        if (axes[i].variable == v) return at[i];
-      return std::uint64_t{0};
-    };
+    for (const count_axis& a : axes) at.push_back(a.low);
+    auto value = [&](count_variable v) { return value_at(axes, at, v); };
     std::uint64_t points = 0;
     bool undefined_somewhere = false;
     for (;;) {
@@ -705,15 +697,7 @@ private:
       if (!settled(j.result)) note(c, j);
       if (first_wrong_) return;
       ++points;
-      std::size_t i = 0;
-      for (; i < axes.size(); ++i) {
-        if (at[i] < axes[i].high) {
-          ++at[i];
-          break;
-        }
-        at[i] = axes[i].low;
-      }
-      if (i == axes.size()) break;
+      if (!next_point(axes, at)) break;
     }
     std::vector<std::string> read;
     for (count_variable v : objective_variables(scope_.objective)) read.emplace_back(variable_name(v));

@@ -4,6 +4,7 @@
 #include "normcheck/core/gradients.hpp"
 
 #include "core/deterministic_random.hpp"
+#include "count_grid.hpp"
 #include "group_prove.hpp"
 
 #include "divisors.hpp"
@@ -408,17 +409,12 @@ private:
     const count_variable denominator = weighted_objective_ ? count_variable::M : count_variable::N;
     // A variable takes D + 1 values when F depends on it, one value otherwise. Counts nest (nₘ ≤ nᵣ ≤ N),
     // masses too, each range above the one below it.
-    struct axis {
-      count_variable variable;
-      std::uint64_t low;
-      std::uint64_t high;
-    };
     auto range_of = [&](count_variable v, std::uint64_t low) {
       const bool varies = recipe_.scale.uses(v) || v == denominator ||
                           (v == count_variable::W && recipe_.reducer == reducer_kind::mean);
-      return axis{v, low, varies ? low + d : low};
+      return detail::count_axis{v, low, varies ? low + d : low};
     };
-    std::vector<axis> axes{range_of(count_variable::W, 2), range_of(count_variable::G, 2),
+    std::vector<detail::count_axis> axes{range_of(count_variable::W, 2), range_of(count_variable::G, 2),
                            range_of(count_variable::n_m, 1), range_of(count_variable::n_r, d + 2),
                            range_of(count_variable::N, 2 * d + 3)};
     if (weighted_objective_) {
@@ -427,12 +423,8 @@ private:
       axes.push_back(range_of(count_variable::M, 2 * d + 3));
     }
     std::vector<std::uint64_t> at;
-    for (const axis& a : axes) at.push_back(a.low);
-    auto value = [&](count_variable v) {
-      for (std::size_t i = 0; i < axes.size(); ++i)
-        if (axes[i].variable == v) return at[i];
-      return std::uint64_t{0};
-    };
+    for (const detail::count_axis& a : axes) at.push_back(a.low);
+    auto value = [&](count_variable v) { return detail::value_at(axes, at, v); };
     std::uint64_t points = 0;
     for (;;) {
       count_configuration c{value(count_variable::W), value(count_variable::N), value(count_variable::n_r),
@@ -443,15 +435,7 @@ private:
       note(c, judge(recipe_, c));
       if (refuted()) return;
       ++points;
-      std::size_t i = 0;
-      for (; i < axes.size(); ++i) {
-        if (at[i] < axes[i].high) {
-          ++at[i];
-          break;
-        }
-        at[i] = axes[i].low;
-      }
-      if (i == axes.size()) break;
+      if (!detail::next_point(axes, at)) break;
     }
     if (!undecided_divisors_.empty()) {
       std::string divisors;
