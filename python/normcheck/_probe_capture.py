@@ -9,6 +9,11 @@ The gradient: a tensor hook on p queues an autograd callback that runs at the en
 that callback queues a second one, which runs after every callback queued during the backward,
 DistributedDataParallel's ``finalize_backward`` among them (the reducer queues it when its last
 bucket is ready). The second callback therefore sees p.grad as the reducer left it.
+
+Sharded p (FSDP2's ``fully_shard``): outside a forward the module holds a DTensor shard of p and,
+after the reduce-scatter, a shard of its gradient; ``shard_span`` says which components a rank's
+shard holds, so that rank 0 reassembles the whole gradient from every rank's part without a
+collective of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["has_function_mode", "loss_capture", "enclosing_ddp", "ddp_holds", "registered_hook", "known_hook",
-           "infer_reducer", "queue_after_backward"]
+           "infer_reducer", "queue_after_backward", "is_distributed_tensor", "shard_span"]
 
 LossHandler = Callable[[str, Callable[..., torch.Tensor], Dict[str, Any]], torch.Tensor]
 """(which loss, the original function, its bound arguments) → the probed loss."""
@@ -340,3 +345,40 @@ def local_parts(values: Sequence[float], rank: int, slots: int, used: int, half:
     if half is not None:
         own += list(values[half + start:half + start + used])
     return own
+
+
+def is_distributed_tensor(value: Any) -> bool:
+    """True for a DTensor (FSDP2's sharded parameters and gradients), without importing DTensor on old torch."""
+    return hasattr(value, "placements") and hasattr(value, "device_mesh") and hasattr(value, "to_local")
+
+
+def shard_span(value: Any) -> Tuple[int, torch.Tensor]:
+    """(offset, values): where this rank's shard of a 1-D DTensor starts, and the shard as float64 on the CPU.
+
+    DTensor splits a dimension as ``torch.chunk`` does, mesh dimension after mesh dimension: each of
+    s parts gets ⌈L/s⌉ elements but the last ones, which get what is left. A replicated mesh dimension
+    leaves the span as it is. Any other placement (a partial sum, a strided shard) is refused rather
+    than guessed, and the computed span must have the shard's length.
+    """
+    local = value.to_local().detach().to(device="cpu", dtype=torch.float64, copy=True).reshape(-1)
+    if len(value.shape) != 1:
+        raise ValueError(f"a probe parameter is 1-D, this gradient has shape {tuple(value.shape)}")
+    coordinate = value.device_mesh.get_coordinate()
+    if coordinate is None:
+        raise ValueError("this rank is not in the mesh p's gradient is sharded over")
+    offset, length = 0, int(value.shape[0])
+    for dim, placement in enumerate(value.placements):
+        if placement.is_replicate():
+            continue
+        if type(placement).__name__ != "Shard" or getattr(placement, "dim", None) != 0:
+            raise ValueError(f"p's gradient is placed as {placement!r} on mesh dimension {dim}: the probe reads "
+                             "shards of dimension 0 and replicas only")
+        parts = int(value.device_mesh.size(dim))
+        chunk = -(-length // parts)
+        start = min(coordinate[dim] * chunk, length)
+        offset += start
+        length = min(chunk, length - start)
+    if local.numel() != length:
+        raise ValueError(f"this rank's shard of p's gradient has {local.numel()} components where its placements "
+                         f"{value.placements} give {length}")
+    return offset, local

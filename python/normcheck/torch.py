@@ -223,12 +223,29 @@ def _route(value: Any, parameters: Sequence[torch.Tensor]) -> Tuple[Any, bool]:
 # The probe
 
 class _Holder:
-    """One probe parameter and the module it is registered on ('' for the probed module itself)."""
+    """One probe parameter and the module it is registered on ('' for the probed module itself).
 
-    def __init__(self, site: str, module: nn.Module, parameter: nn.Parameter) -> None:
+    ``fully_shard`` replaces the parameter in the module by a DTensor shard and, during the module's
+    forward, by the gathered one; ``current()`` is whichever the module holds now, and ``live`` a copy
+    of the gathered one taken at the start of the last forward (its data outlives FSDP freeing the
+    gathered storage; its backward reaches the gathered parameter, whose gradient FSDP reduce-scatters).
+    """
+
+    def __init__(self, site: str, module: nn.Module, parameter: nn.Parameter, name: str) -> None:
         self.site = site
         self.module = module
         self.parameter = parameter
+        self.name = name
+        self.live: Optional[torch.Tensor] = None
+
+    def current(self) -> torch.Tensor:
+        """The parameter the module holds under the probe's name now (p itself unless FSDP replaced it)."""
+        held = self.module._parameters.get(self.name)
+        return held if held is not None else self.parameter
+
+    def source(self) -> torch.Tensor:
+        """What a loss term multiplies: the forward's copy of a gathered p, else p."""
+        return self.live if self.live is not None else self.parameter
 
 
 class Probe:
@@ -296,7 +313,7 @@ class Probe:
                 where = f"the submodule {site!r}" if site else "the module"
                 raise ProbeError(f"{where} already has an attribute {name!r}: one probe per module")
             parameter = nn.Parameter(torch.zeros(self.components, dtype=dtype, device=device))
-            self._holders.append(_Holder(site, owner, parameter))
+            self._holders.append(_Holder(site, owner, parameter, name))
         self.parameter = self._holders[0].parameter
         """p on the probed module itself (its components are laid out as the class docstring says)."""
         for holder in self._holders:
@@ -307,10 +324,13 @@ class Probe:
             self._handles.append(holder.module.register_load_state_dict_post_hook(  # type: ignore[no-untyped-call]
                 self._forgive_missing))
         self._handles.append(self._register_inputs_hook(module))
+        for holder in self._holders:
+            self._handles.append(holder.module.register_forward_pre_hook(self._follower(holder)))
         self._handles.append(module.register_forward_hook(self._after_forward))
         self._handles.append(self.parameter.register_hook(self._on_gradient))  # type: ignore[no-untyped-call]
         self._active = False
         self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
+        self._sharded = False  # FSDP2 has replaced p by a DTensor shard (seen at a forward)
         self._keep_local = True
         self._reset()
 
@@ -382,8 +402,8 @@ class Probe:
         return [h.parameter for h in self._holders]
 
     def is_probe(self, parameter: Any) -> bool:
-        """True when ``parameter`` is p or a site's probe parameter."""
-        return any(parameter is h.parameter for h in self._holders)
+        """True when ``parameter`` is p or a site's probe parameter (or what ``fully_shard`` put in their place)."""
+        return any(parameter is h.parameter or parameter is h.current() for h in self._holders)
 
     def named_model_parameters(self, module: Optional[nn.Module] = None) -> Iterator[Tuple[str, nn.Parameter]]:
         """``module.named_parameters()`` without the probe's (default: the module the probe is attached to)."""
@@ -424,6 +444,7 @@ class Probe:
         self._allocator = Components(self.slots, self.rank, self.world_size)
         self._local: Optional[torch.Tensor] = None  # this rank's own gradient of p, summed over its backwards
         self._captured: Dict[str, torch.Tensor] = {}
+        self._spans: Dict[str, Tuple[int, int]] = {}  # under FSDP2: the components of each site this rank holds
         self._captures: List[str] = []
         self._reduced = False
         self._sync_forward = False
@@ -437,12 +458,31 @@ class Probe:
         self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
         self._seen = capture.seen()
         for holder in self._holders:
-            holder.parameter.grad = None
+            holder.current().grad = None
 
     def _before_forward_kwargs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():
             self._inputs = (tuple(args), dict(kwargs))
             self._inputs_layout = False
+
+    def _follower(self, holder: _Holder) -> Callable[[nn.Module, Any], None]:
+        """A pre-forward hook: under FSDP2, copies the gathered p for the losses of this forward.
+
+        FSDP's own pre-forward hook runs first (it is prepended) and puts the gathered parameter in
+        the module; without FSDP the module holds p itself and nothing is copied.
+        """
+        def follow(module: nn.Module, inputs: Any) -> None:
+            current = module._parameters.get(self.name)
+            if current is None or current is holder.parameter or not torch.is_grad_enabled():
+                return
+            if capture.is_distributed_tensor(current) or tuple(current.shape) != (self.components,):
+                return  # not gathered: a loss term on the stale p reaches nothing, which the check reports
+            holder.live = current.clone()
+            if holder is self._holders[0]:
+                holder.live.register_hook(self._on_gradient)  # type: ignore[no-untyped-call]
+            self._sharded = True
+
+        return follow
 
     def _after_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         if not torch.is_grad_enabled():
@@ -511,15 +551,25 @@ class Probe:
     def _capture(self, when: str) -> None:
         stored = False
         for holder in self._holders:
-            grad = holder.parameter.grad
+            parameter = holder.current()
+            grad = parameter.grad
             if grad is None:
                 continue
-            value = grad.detach().to(device="cpu", dtype=torch.float64, copy=True)
+            if capture.is_distributed_tensor(grad):  # this rank's shard: rank 0 puts the shards together
+                try:
+                    offset, shard = capture.shard_span(grad)
+                except ValueError as e:
+                    raise ProbeError(str(e)) from None
+                value = torch.zeros(self.components, dtype=torch.float64)
+                value[offset:offset + shard.numel()] = shard
+                self._spans[holder.site] = (offset, offset + shard.numel())
+            else:
+                value = grad.detach().to(device="cpu", dtype=torch.float64, copy=True)
             previous = self._captured.get(holder.site)
             self._captured[holder.site] = value if previous is None else previous + value
             # None, not zeros: clipping skips it (a zero float64 gradient among float32 ones would still
             # change the dtype, and so the bits, of the total norm), and an optimizer leaves p alone.
-            holder.parameter.grad = None
+            parameter.grad = None
             stored = True
         self._pending = False
         if stored:
@@ -653,11 +703,12 @@ class Probe:
 
     def _vector(self) -> torch.Tensor:
         """p plus every site's parameter, in float64: every token's term uses them all."""
-        vector = self.parameter if self.parameter.dtype == torch.float64 else self.parameter.to(torch.float64)
+        first = self._holders[0].source()
+        vector = first if first.dtype == torch.float64 else first.to(torch.float64)
         # Additions, not stack(...).sum(0): the latter's backward hands every parameter a view of one buffer,
         # which AccumulateGrad may keep as each one's .grad, so that later accumulations add up twice.
         for holder in self._holders[1:]:
-            vector = vector + holder.parameter
+            vector = vector + holder.source()
         return vector
 
     def _per_position(self, components: torch.Tensor, magnitudes: torch.Tensor, witnessed: bool) -> torch.Tensor:
@@ -803,12 +854,13 @@ class Probe:
                 if item is not None:
                     self.check_optimizer(item)
             for holder in self._holders:
-                if bool(holder.parameter.detach().ne(0).any()):
+                held: Any = holder.current().detach()
+                if bool((held.to_local() if capture.is_distributed_tensor(held) else held).ne(0).any()):
                     raise ProbeError("p is not 0: an optimizer or an update moved it; build optimizers from "
                                      "probe.model_parameters(model)")
             if not self._microbatches:
                 raise ProbeError(self._no_loss_message())
-            written = [h.site or "p" for h in self._holders if h.parameter.grad is not None]
+            written = [h.site or "p" for h in self._holders if h.current().grad is not None]
             if (self._pending or written) and self._captures:
                 what = (f"a backward reached p after its gradient was captured at {self._captures[-1]}, so that "
                         "gradient was never reduced with the others" if self._pending else
@@ -821,6 +873,10 @@ class Probe:
                 part["notes"] = ["the probe's gradient was captured at the synchronizing backward: gradients "
                                  "scaled after it (a division of the reduced gradients by hand) are not judged; "
                                  "if the step normalizes there, construct the probe with capture='step'"]
+            if not self._captures and self._sharded and self._local is not None:
+                raise ProbeError("FSDP never reduced p's gradient: the step's last backward ran with "
+                                 "set_requires_gradient_sync(False); call set_requires_gradient_sync(True) "
+                                 "before the last microbatch's backward")
             if not self._captures:
                 raise ProbeError("p has no gradient: call probe.check() after the step's backward")
             scale = 1.0
@@ -845,6 +901,7 @@ class Probe:
                 "valid": [b.valid for b in self._microbatches],
                 "used": self._allocator.used,
                 "vectors": vectors,
+                "spans": dict(self._spans) if self._sharded else None,
                 "local": [v / scale for v in self._local.tolist()] if self._local is not None else None,
                 "dtype": _dtype_name(self.parameter.dtype),
                 "loss_dtypes": sorted(_dtype_name(d) for d in self._loss_dtypes),
@@ -900,6 +957,37 @@ class Probe:
             witnessed.append(chosen_witness)
         return primary, (witnessed if witness else None)
 
+    def _assemble(self, parts: List[Dict[str, Any]]) -> None:
+        """Under FSDP2: each rank's vectors made whole, its own shard where it has one, another rank's elsewhere.
+
+        A component is taken from the lowest rank whose shard holds it; replicas of a shard (HSDP) each
+        keep their own values on their own rank, so a disagreement between them reaches the gate's
+        replica check. A component no rank holds is an error, never a 0.
+        """
+        sharded = [part["spans"] is not None for part in parts]
+        if not any(sharded):
+            return
+        if not all(sharded):
+            raise ProbeError("p was sharded by FSDP on some ranks and not on others")
+        for holder in self._holders:
+            site = holder.site
+            owners: List[Optional[int]] = [None] * self.components
+            for q, part in enumerate(parts):
+                start, end = part["spans"].get(site, (0, 0))
+                for i in range(start, end):
+                    if owners[i] is None:
+                        owners[i] = q
+            missing = [i for i, q in enumerate(owners) if q is None]
+            if missing:
+                where = f"site {site}" if site else "p"
+                raise ProbeError(f"{len(missing)} components of {where}'s gradient (from {missing[0]}) are on no "
+                                 "rank's shard: FSDP reduced no gradient into them, or some rank captured nothing")
+            for part in parts:
+                start, end = part["spans"].get(site, (0, 0))
+                own = part["vectors"][site]
+                part["vectors"][site] = [own[i] if start <= i < end else parts[q]["vectors"][site][i]  # type: ignore[index]
+                                         for i, q in enumerate(owners)]
+
     def _unreduced(self, parts: List[Dict[str, Any]]) -> Optional[str]:
         """Why p's gradient was evidently never combined across ranks, or None."""
         if self.world_size == 1:
@@ -931,6 +1019,7 @@ class Probe:
         if errors:
             raise ProbeError("; ".join(dict.fromkeys(errors)))
         first = parts[0]
+        self._assemble(parts)
         why = self._unreduced(parts)
         if why is not None:
             raise ProbeError(why)
@@ -998,6 +1087,7 @@ class Probe:
             f"normcheck.torch.Probe on {type(self.module).__name__}, PyTorch {torch.__version__}, "
             f"W = {len(parts)} ({backend}), reducer {reducer} ({how})"
             + (f", communication hook {hook_name}" if hook_name else "")
+            + (", p sharded by FSDP2" if first["spans"] is not None else "")
             + (f", sites {', '.join(h.site for h in self._holders[1:])}" if len(self._holders) > 1 else ""))
         ranks = [[written for written, _ in p["microbatches"]] for p in parts]
         weights = [[w for _, w in p["microbatches"]] for p in parts] if is_weighted else None

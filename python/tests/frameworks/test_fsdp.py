@@ -1,61 +1,107 @@
-"""FSDP2 (``torch.distributed.fsdp.fully_shard``) on gloo, W = 2: a correct and a wrong loop judged.
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) on gloo, W = 2: correct and wrong loops judged from p's shards.
 
 ``fully_shard`` turns every parameter of a sharded module into a DTensor shard, the probe's included:
 each rank holds half of p, and the reduce-scatter after the window's last backward (with
 ``set_requires_gradient_sync(False)`` on the others) leaves each rank half of p.grad, averaged over
-the ranks. The probe is gathered from its shards before it is judged. FSDP2 wants one dtype per
-parameter group, so the probe takes the model's (float32) instead of a bucket dtype of its own.
+the ranks. The probe copies the gathered p at each forward, so the loss terms reach the parameter
+FSDP reduces, and rank 0 puts the ranks' shards of the gradient together before it is judged.
+
+Two models: the tiny one (embedding, hidden and head each sharded, the loss computed after the
+forward) and transformers' Llama (each decoder layer sharded, the loss computed inside its forward
+from ``labels`` and ``num_items_in_batch``). FSDP2 wants one dtype per parameter group, so the probe
+takes the model's (float32), which is its default on two ranks.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tiny import LENGTHS, Rows, TinyLM, collate, shifted, valid_count
+from tiny import LENGTHS, Rows, TinyLM, collate, llama, shifted, valid_count
 
-EXPECTED = {"token_count": ("pass", None), "mean": ("fail", "microbatch_mean")}
-ACCUMULATION = (1, 2)
+# (verdict, a failure name it must give or None) by loop, for G > 1; at G = 1 the per-microbatch mean
+# is the rank's own mean.
+EXPECTED: Dict[str, Tuple[str, Optional[str]]] = {
+    "token_count": ("pass", None),
+    "mean": ("fail", "microbatch_mean"),
+    "local_count": ("fail", "local_mean"),
+    "llama_count": ("pass", None),
+    "llama_mean": ("fail", "microbatch_mean"),
+}
+ACCUMULATION = (1, 2, 4)
+
+
+def tiny_loss(kind: str, model: Any, batch: Dict[str, torch.Tensor], g: int, world_size: int, count: int,
+              local: int) -> torch.Tensor:
+    """The tiny model's loss of one microbatch, normalized as the loop ``kind`` does."""
+    logits, labels = shifted(model(batch["input_ids"]), batch["labels"])
+    if kind == "token_count":
+        return F.cross_entropy(logits, labels, reduction="sum") * world_size / count
+    if kind == "local_count":
+        return F.cross_entropy(logits, labels, reduction="sum") / local
+    return F.cross_entropy(logits, labels) / g
+
+
+def llama_loss(kind: str, model: Any, batch: Dict[str, torch.Tensor], g: int, world_size: int, count: int,
+               local: int) -> torch.Tensor:
+    """Llama's own loss (computed in its forward): over the global count × W, or its mean ÷ G."""
+    if kind == "llama_count":
+        return model(input_ids=batch["input_ids"], labels=batch["labels"],
+                     num_items_in_batch=torch.tensor(count)).loss * world_size
+    return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss / g
+
+
+def sharded_model(kind: str, probe: Any) -> Tuple[Any, Any, Callable[..., torch.Tensor]]:
+    """A fresh model with the probe attached, then sharded as FSDP2 users shard it; (model, probe, loss)."""
+    from torch.distributed.fsdp import fully_shard
+
+    if kind.startswith("llama"):
+        model = llama()
+        p = probe(model)
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model, p, llama_loss
+    model = TinyLM()
+    p = probe(model)
+    for child in (model.embed, model.hidden, model.head):
+        fully_shard(child)
+    fully_shard(model)
+    return model, p, tiny_loss
 
 
 def fsdp_step(rank: int, world_size: int, probe: Any) -> Dict[str, Any]:
-    """Each variant, each its own sharded model; the verdicts."""
-    from torch.distributed.fsdp import fully_shard
-
+    """Each loop at each G, each its own sharded model; the verdicts (and one loop that never syncs)."""
     results: Dict[str, Any] = {}
     rows = Rows(LENGTHS)
     for g in ACCUMULATION:
         window = [collate([rows[2 * (world_size * m + rank) + k] for k in range(2)]) for m in range(g)]
-        count = torch.tensor(sum(valid_count(b["labels"]) for b in window))
-        dist.all_reduce(count)
-        for kind in EXPECTED:
+        local = sum(valid_count(b["labels"]) for b in window)
+        total = torch.tensor(local)
+        dist.all_reduce(total)
+        for kind in list(EXPECTED) + (["unsynced"] if g == 2 else []):
             key = f"{kind}-G{g}"
             try:
-                model = TinyLM()
-                p = probe(model, dtype=torch.float32)
-                for child in (model.embed, model.hidden, model.head):
-                    fully_shard(child)
-                fully_shard(model)
+                model, p, loss_of = sharded_model("token_count" if kind == "unsynced" else kind, probe)
                 sharded = type(dict(model.named_parameters())[p.name]).__name__
                 optimizer = torch.optim.AdamW(p.model_parameters(model), lr=1e-2)
                 with p.step():
                     for m, batch in enumerate(window):
-                        model.set_requires_gradient_sync(m == g - 1)
-                        logits, labels = shifted(model(batch["input_ids"]), batch["labels"])
-                        if kind == "token_count":
-                            loss = F.cross_entropy(logits, labels, reduction="sum") * world_size / count
-                        else:
-                            loss = F.cross_entropy(logits, labels) / g
-                        loss.backward()
+                        model.set_requires_gradient_sync(m == g - 1 and kind != "unsynced")
+                        loss_of(kind, model, batch, g, world_size, int(total), local).backward()
                 verdict = p.judge(model, optimizer=optimizer)
                 torch.nn.utils.clip_grad_norm_(list(p.model_parameters(model)), 1.0)
                 optimizer.step()
+                with open(verdict.file) as f:
+                    description = f.read()
                 results[key] = {"verdict": verdict.verdict, "diagnosis": list(verdict.diagnosis),
-                                "message": verdict.message, "sharded": sharded}
+                                "message": verdict.message, "sharded": sharded, "document": description,
+                                "in_optimizer": any(p.is_probe(t) for group in optimizer.param_groups
+                                                    for t in group["params"])}
             except Exception as e:  # reported per variant; both ranks raise alike
                 results[key] = {"error": f"{type(e).__name__}: {e}"}
     return results
@@ -67,20 +113,9 @@ def ranks(tmp_path_factory: Any) -> List[Dict[str, Any]]:
     from normcheck.launch import launch
 
     folder = tmp_path_factory.mktemp("fsdp")
-    return launch(fsdp_step, 2, timeout=300, directory=str(folder))
+    return launch(fsdp_step, 2, timeout=400, directory=str(folder))
 
 
-# The probe keeps its own reference to p and reads p.grad from it; fully_shard replaces p in the module
-# by a DTensor shard, so the loss term reaches a tensor that no reduction combines and the probe says
-# "nothing combined the ranks' gradients of p". Following p needs the probe to take p from the module
-# in its forward hook (module.<name> is the unsharded parameter there; a copy p·1 keeps the autograd
-# edge to it), and to read module.<name>.grad.full_tensor() after the backward. Strict: once the probe
-# does, these pass and the marker must go.
-NOT_FOLLOWED = pytest.mark.xfail(strict=True, raises=AssertionError,
-                                 reason="the probe does not follow p into fully_shard's DTensor shards")
-
-
-@NOT_FOLLOWED
 @pytest.mark.parametrize("g", ACCUMULATION, ids=lambda g: f"G{g}")
 @pytest.mark.parametrize("kind", list(EXPECTED))
 def test_fsdp2_loop_verdict(ranks: List[Dict[str, Any]], kind: str, g: int) -> None:
@@ -89,17 +124,22 @@ def test_fsdp2_loop_verdict(ranks: List[Dict[str, Any]], kind: str, g: int) -> N
         assert "error" not in result, result["error"]
     first = results[0]
     assert first["sharded"] == "DTensor", "fully_shard made p a DTensor shard"
+    assert not first["in_optimizer"], "model_parameters(model) leaves the sharded p out"
     assert [r["verdict"] for r in results] == [first["verdict"]] * 2
     verdict, name = EXPECTED[kind]
-    if g == 1 and kind == "mean":
-        verdict, name = "fail", "local_mean"  # one microbatch: the per-batch mean is the rank's mean
+    if g == 1 and name == "microbatch_mean":
+        name = "local_mean"  # one microbatch: the per-batch mean is the rank's mean
     assert first["verdict"] == verdict, first["message"]
     if name is not None:
         assert name in first["diagnosis"], first["message"]
+    # The dump says how p was read: its shards, and a mean reducer inferred from them.
+    assert "p sharded by FSDP2" in first["document"]
+    assert "reducer mean (inferred from the local and reduced gradients of p)" in first["document"]
 
 
-def test_fsdp2_today_the_probe_says_nothing_combined_its_gradient(ranks: List[Dict[str, Any]]) -> None:
-    # The limitation above, as the probe reports it: never a verdict on a gradient no reduction combined.
+def test_fsdp2_a_window_never_synchronized_is_refused(ranks: List[Dict[str, Any]]) -> None:
+    # Every backward under set_requires_gradient_sync(False): no shard holds a reduced gradient, and the
+    # probe says so instead of judging the unreduced one.
     for rank in ranks:
-        for key, result in rank.items():
-            assert "nothing combined the ranks' gradients of p" in result.get("error", ""), (key, result)
+        error = rank["unsynced-G2"].get("error", "")
+        assert "FSDP never reduced p's gradient" in error, rank["unsynced-G2"]
