@@ -1,7 +1,8 @@
 """normcheck for Python: write normcheck/1 dumps, run the normcheck executable, probe a training step.
 
 Modules: ``normcheck.dump`` (the normcheck/1 writer), ``normcheck.check`` (runs ``normcheck check`` and
-``suggest``; raises ``NormcheckFailure`` with the diagnosis), ``normcheck.torch`` (``Probe``, needs
+``suggest``; raises ``NormcheckFailure`` with the diagnosis), ``normcheck.native`` (the same checks in this
+process, through the extension ``pip install`` builds), ``normcheck.torch`` (``Probe``, needs
 torch), ``normcheck.launch`` (W local ranks with a time limit) and the pytest fixture ``normcheck_gate``.
 Importing ``normcheck`` itself needs only the standard library. ``pip install`` of the repository builds
 the executable into the package (``normcheck/bin/normcheck``) and puts ``normcheck`` on PATH.

@@ -480,18 +480,32 @@ def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optiona
     if done.returncode not in (0, 1, 2):
         raise NormcheckError(f"{' '.join(command)} exited with {done.returncode}: {done.stderr.strip()[:2000]}")
     result = _json_output(done, command)
-    reports = result.get("reports", [])
-    if not isinstance(reports, list) or not all(_well_shaped(report) for report in reports):
-        raise NormcheckError(f"{' '.join(command)} printed a report that is not shaped as normcheck-report/1 "
-                             f"(exit {done.returncode}): {done.stdout.strip()[:2000]}")
-    if not reports:
-        raise NormcheckError(f"nothing to check: {' '.join(files)} holds no file normcheck reads")
+    reports = well_shaped_reports(result, files, f"{' '.join(command)} (exit {done.returncode})")
     statuses = [report.get("status") for report in reports]
     agreed = 2 if "error" in statuses else 1 if "fail" in statuses else 0
     if done.returncode != agreed:
         raise NormcheckError(f"{' '.join(command)} exited with {done.returncode}, but its report says "
                              f"{', '.join(str(s) for s in statuses)}, which is exit {agreed}: the two disagree, so "
                              f"neither is trusted: {done.stderr.strip()[:2000]}")
+    return verdicts_of(reports, require_gate)
+
+
+def well_shaped_reports(result: Dict[str, Any], files: Sequence[str], source: str) -> List[Dict[str, Any]]:
+    """The reports of one ``check --json`` result, refused unless shaped as normcheck-report/1 and not empty.
+
+    ``source`` names what printed the result (the command, or the extension) in the errors.
+    """
+    reports = result.get("reports", [])
+    if not isinstance(reports, list) or not all(_well_shaped(report) for report in reports):
+        raise NormcheckError(f"{source} printed a report that is not shaped as normcheck-report/1: "
+                             f"{json.dumps(result)[:2000]}")
+    if not reports:
+        raise NormcheckError(f"nothing to check: {' '.join(files)} holds no file normcheck reads")
+    return reports
+
+
+def verdicts_of(reports: Sequence[Dict[str, Any]], require_gate: bool) -> List[Verdict]:
+    """One ``Verdict`` per report of ``check --json`` (``require_gate`` as the check was run)."""
     return [_verdict(report, require_gate) for report in reports]
 
 

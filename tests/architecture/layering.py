@@ -6,7 +6,8 @@
 
 Layers, lowest first (docs/architecture.md): a folder may include its own headers and those of any
 lower layer, never a higher one, and folders on the same layer do not include each other. The
-command line (src/cli/) is the top and may include everything.
+command line (src/cli/) and the Python extension (src/python/) are the top and may include everything
+but each other.
 """
 
 import os
@@ -22,7 +23,7 @@ LAYERS = [
     ["gate", "recipes", "simulation", "collectives"],
     ["check"],
     ["teaching"],
-    ["cli"],
+    ["cli", "python"],
 ]
 LEVEL = {folder: level for level, folders in enumerate(LAYERS) for folder in folders}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -11,7 +11,9 @@ Run by the virtual environment of .ci/setup --tests (it has torch, pytest and th
    DIR/checkout/build;
 3. in that environment: `normcheck --version` is the package's __version__, normcheck.torch imports, the
    package finds its own executable (not $NORMCHECK, not PATH), checks a bundled case that passes and one
-   that fails through run_check, and the project's own pytest runs beside the installed package;
+   that fails through run_check, its extension normcheck._core gives every file under cases/ the very
+   report the executable gives (with and without --require-gate, by path and as text), and the project's
+   own pytest runs beside the installed package;
 4. build an sdist from the read-only copy, check what it holds, unpack it into DIR/sdist/tree as pip
    would, and do 2 and 3 again from there (building in DIR/sdist/build: with ccache installed, the
    same relative paths make this second build reuse the first's objects);
@@ -139,6 +141,31 @@ else:
 """
 
 
+NATIVE = """
+import json, os, sys, warnings
+import normcheck, normcheck.native
+from normcheck.check import run_check
+cases = sys.argv[1]
+assert normcheck.native.available(), "the installed package has no extension"
+extension = os.path.dirname(normcheck._core.__file__)
+assert extension == os.path.dirname(normcheck.__file__), extension
+compared = 0
+for gate in (False, True):
+    native = [v.report for v in normcheck.native.check(cases, require_gate=gate, jobs=2)]
+    executable = [v.report for v in run_check(cases, require_gate=gate, timeout=600)]
+    assert len(native) == len(executable) > 100, (len(native), len(executable))
+    for a, b in zip(native, executable):
+        assert a == b, ("the extension and the executable differ", gate, a["file"], a, b)
+    compared += len(native)
+    statuses = sorted({r["status"] for r in native})
+for report in executable[:40]:
+    with open(report["file"], encoding="utf-8") as f:
+        text = f.read()
+    assert normcheck.native.check_text(text, name=report["file"]).report == report, report["file"]
+print(f"native: {compared} reports equal to the executable's; statuses {statuses}")
+"""
+
+
 def check_installed(venv_python, checkout, work, label):
     """The installed package in venv_python: version, executable, torch, a passing and a failing check."""
     bin_folder = os.path.dirname(venv_python)
@@ -167,6 +194,8 @@ def check_installed(venv_python, checkout, work, label):
     print(output, end="", flush=True)
     if "pass: " not in output or not re.search(r"^fail: fail .*local_mean", output, re.M):
         raise Failure(f"{label}: the bundled cases were not judged as expected:\n{output}")
+    output = run([venv_python, "-c", NATIVE, os.path.join(checkout, "cases")], env=environment, cwd=work)
+    print(f"{label}: {output.strip()}", flush=True)
     # The project's own tests beside the installed package, the environment's bin/ first on PATH as when
     # it is activated: its entry point registers the plugin, the checkout's conftest must not register it a
     # second time.
@@ -209,7 +238,8 @@ def check_sdist(path):
     """The sdist holds what builds the executable and the package, and none of the tests or build outputs."""
     with tarfile.open(path) as archive:
         names = [n.split("/", 1)[1] for n in archive.getnames() if "/" in n]
-    for needed in ("pyproject.toml", "CMakeLists.txt", "src/cli/main.cpp", "cmake/version.hpp.in",
+    for needed in ("pyproject.toml", "CMakeLists.txt", "src/cli/main.cpp", "src/python/core_module.cpp",
+                   "python/normcheck/_core.pyi", "cmake/version.hpp.in",
                    "python/normcheck/__init__.py", "python/normcheck/check.py", "python/normcheck/py.typed", "PKG-INFO"):
         if needed not in names:
             raise Failure(f"the sdist {path} lacks {needed}")
