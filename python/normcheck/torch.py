@@ -8,7 +8,9 @@ p[k]·(−1) + p[k_w]·(−j), j the token's ordinal in its group. At p = 0 noth
 because the terms are linear in p, p.grad[k] after the synchronizing backward is minus the sum of the
 weights the step gave group k's tokens, carried through its divisions, accumulation, DDP's reducer and
 any communication hook. ``check`` gathers every rank's groups and p.grad into a per-group normcheck/1
-document and lets ``normcheck check`` compare the weight table with the declared objective's.
+document and lets ``normcheck check`` compare the weight table with the declared objective's. Under
+FSDP2 (``fully_shard`` after the probe), the losses use the gathered p of each forward and rank 0 puts
+the ranks' shards of p.grad together.
 
 Two ways in: ``probe.add(per_token_loss, labels)`` where the step computes per-token losses itself,
 and ``with probe.step():``, which captures ``cross_entropy`` and ``nll_loss`` for the duration of the
