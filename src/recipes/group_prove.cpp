@@ -5,6 +5,7 @@
 
 #include "core/deterministic_random.hpp"
 #include "count_grid.hpp"
+#include "counterexample.hpp"
 
 #include <algorithm>
 #include <array>
@@ -369,39 +370,8 @@ token_partition partition_for(const group_scope& s, const count_configuration& c
   return tokens;
 }
 
-std::string what_it_misses(objective_kind objective) {
-  switch (objective) {
-    case objective_kind::token_mean: return "the token-mean gradient";
-    case objective_kind::weighted_token_mean: return "the weighted token-mean gradient";
-    case objective_kind::sequence_mean: return "the sequence-mean gradient";
-    case objective_kind::sequence_sum_mean: return "the gradient of the mean of sequence sums";
-    case objective_kind::constant: return "the gradient of the loss sum over C";
-  }
-  return "the objective's gradient";
-}
-
 recipe_counterexample expose(const group_scope& s, const recipe& r, const count_configuration& c, const judged& j) {
-  recipe_counterexample example;
-  example.where = c;
-  example.scale = j.scale.value;
-  example.zero_divisor = j.scale.zero_divisor;
-  example.tokens = partition_for(s, c);
-  example.tokens.reducer = r.reducer;
-  const partition update = to_partition(example.tokens);
-  example.objective = *gradient(update, strategy::global_mean);
-  example.recipe_gradient = recipe_gradient(update, r).value;
-  document_options options;
-  options.description = "Counterexample from normcheck prove: the recipe \"" + r.scale.text() + "\" under the " +
-                        std::string(reducer_name(r.reducer)) + " reducer at " + describe(c) +
-                        (j.result == outcome::divides_by_zero ? " divides by zero (" + j.scale.zero_divisor + ")"
-                                                              : " is not " + what_it_misses(s.objective)) +
-                        ".";
-  options.expect.push_back({strategy::global_mean, example.objective});
-  options.declare_world_size = true;
-  options.recipe_scale = r.scale.text();
-  options.recipe_reducer = r.reducer;
-  example.document = write_document(example.tokens, options);
-  return example;
+  return counterexample_at(r, c, j.scale, j.result == outcome::divides_by_zero, partition_for(s, c), s.objective);
 }
 
 std::string list_of(const std::vector<std::string>& items) {

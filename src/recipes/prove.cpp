@@ -5,6 +5,7 @@
 
 #include "core/deterministic_random.hpp"
 #include "count_grid.hpp"
+#include "counterexample.hpp"
 #include "group_prove.hpp"
 
 #include "divisors.hpp"
@@ -119,27 +120,8 @@ token_partition partition_for(const count_configuration& c) {
 }
 
 recipe_counterexample expose(const recipe& r, const count_configuration& c, const judged& j) {
-  recipe_counterexample example;
-  example.where = c;
-  example.scale = j.scale.value;
-  example.zero_divisor = j.scale.zero_divisor;
-  example.tokens = partition_for(c);
-  example.tokens.reducer = r.reducer;
-  const partition update = to_partition(example.tokens);
-  example.objective = *gradient(update, strategy::global_mean);
-  example.recipe_gradient = recipe_gradient(update, r).value;
-  document_options options;
-  options.description = "Counterexample from normcheck prove: the recipe \"" + r.scale.text() + "\" under the " +
-                        std::string(reducer_name(r.reducer)) + " reducer at " + describe(c) +
-                        (j.result == outcome::divides_by_zero ? " divides by zero (" + j.scale.zero_divisor + ")"
-                         : c.masses ? " is not the weighted token-mean gradient"
-                                    : " is not the token-mean gradient") + ".";
-  options.expect.push_back({strategy::global_mean, example.objective});
-  options.declare_world_size = true;
-  options.recipe_scale = r.scale.text();
-  options.recipe_reducer = r.reducer;
-  example.document = write_document(example.tokens, options);
-  return example;
+  return detail::counterexample_at(r, c, j.scale, j.result == outcome::divides_by_zero, partition_for(c),
+                                   c.masses ? objective_kind::weighted_token_mean : objective_kind::token_mean);
 }
 
 // Every configuration a partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch can show one
