@@ -47,16 +47,15 @@ std::vector<std::string> names_of(const std::vector<explanation>& explanations) 
   return names;
 }
 
-// The gate on a per-group measurement: replica agreement on the vectors, the denominators, then the weight
-// table group by group (the top-level probe and every site), fitted where it differs from the objective's.
-gate_result run_group_gate(const partition& update, const observed_result& observed) {
+// What both gates set first: the arithmetic, the observed and the objective's totals, the rounding depth,
+// and the bound on the total (an explicit tolerance's, else the dtype's).
+gate_result started(const partition& update, const observed_result& observed) {
   gate_result result;
   result.type = observed.type;
   if (observed.reduction_type && *observed.reduction_type != observed.type) result.reduction_type = observed.reduction_type;
   result.observed = observed.per_rank.front();
   result.objective = *gradient(update, strategy::global_mean);
   result.rounding_depth = rounding_depth(update);
-  const group_bounds bounds{error_factor(update, observed.type, result.reduction_type), observed.explicit_tolerance};
   if (observed.explicit_tolerance) {
     result.bound_is_explicit = true;
     rational allowed = observed.explicit_tolerance->absolute + observed.explicit_tolerance->relative * abs(result.objective);
@@ -64,6 +63,14 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
   } else {
     result.bound = objective_bound(update, observed.type, result.reduction_type);
   }
+  return result;
+}
+
+// The gate on a per-group measurement: replica agreement on the vectors, the denominators, then the weight
+// table group by group (the top-level probe and every site), fitted where it differs from the objective's.
+gate_result run_group_gate(const partition& update, const observed_result& observed) {
+  gate_result result = started(update, observed);
+  const group_bounds bounds{error_factor(update, observed.type, result.reduction_type), observed.explicit_tolerance};
   const group_measurement& top = *observed.groups;
 
   gate_check replicas{"replica_agreement", true, ""};
@@ -147,19 +154,7 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
 
 gate_result run_gate(const partition& update, const observed_result& observed) {
   if (observed.groups) return run_group_gate(update, observed);
-  gate_result result;
-  result.type = observed.type;
-  if (observed.reduction_type && *observed.reduction_type != observed.type) result.reduction_type = observed.reduction_type;
-  result.observed = observed.per_rank.front();
-  result.objective = *gradient(update, strategy::global_mean);
-  result.rounding_depth = rounding_depth(update);
-  if (observed.explicit_tolerance) {
-    result.bound_is_explicit = true;
-    rational allowed = observed.explicit_tolerance->absolute + observed.explicit_tolerance->relative * abs(result.objective);
-    result.bound = allowed;
-  } else {
-    result.bound = objective_bound(update, observed.type, result.reduction_type);
-  }
+  gate_result result = started(update, observed);
 
   result.checks.push_back(check_replicas(observed, update.world_size()));
   result.checks.push_back(check_denominators(update, observed));
