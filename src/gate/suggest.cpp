@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <stdexcept>
 
 namespace normcheck {
@@ -266,20 +267,33 @@ bool equals_objective_everywhere(const update_counts& counts, const std::string&
 
 namespace {
 
+// A token target exact in every dtype, bfloat16 included: a small integer from −4 to 6.
+rational small_target(detail::deterministic_random& random) { return rational(static_cast<long>(random.below(11)) - 4); }
+
+// The candidate of `attempts` that `build` fills in (tokens, from `random`) with the widest separation, the
+// first of equals: both searches below differ only in what a candidate holds.
+template <typename Build>
+suggestion best_of(int attempts, std::uint64_t seed, dtype type, Build build) {
+  detail::deterministic_random random(seed);
+  std::optional<suggestion> best;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    suggestion candidate;
+    candidate.type = type;
+    build(candidate, random);
+    measure(candidate);
+    if (!best || candidate.separation > best->separation) best = std::move(candidate);
+  }
+  return std::move(*best);
+}
+
 // A suggestion for an objective that counts sequences or divides by a constant: every microbatch holds one to
 // three sequences of one to four tokens, and the constant objective's normalizer is Dr. GRPO's B·L_max, the
 // update's sequences times the longest one.
 suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
                                   objective_kind objective) {
-  constexpr int attempts = 200;
   constexpr std::uint64_t most_sequences = 3;  // per microbatch
   constexpr std::uint64_t most_tokens = 4;     // per sequence
-  detail::deterministic_random random(0xBF58476D1CE4E5B9ull);
-  suggestion best;
-  bool have_best = false;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    suggestion candidate;
-    candidate.type = type;
+  return best_of(200, 0xBF58476D1CE4E5B9ull, type, [&](suggestion& candidate, detail::deterministic_random& random) {
     candidate.tokens.objective = objective;
     std::uint64_t sequences = 0;
     std::uint64_t longest = 0;
@@ -292,11 +306,7 @@ suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microb
         const std::uint64_t count = 1 + random.below(most_sequences);
         for (std::uint64_t s = 0; s < count; ++s) {
           const std::uint64_t length = 1 + random.below(most_tokens);
-          for (std::uint64_t i = 0; i < length; ++i) {
-            // Small integers: exact in every dtype, bfloat16 included.
-            const auto target = static_cast<long>(random.below(11)) - 4;
-            tokens.emplace_back(rational(target));
-          }
+          for (std::uint64_t i = 0; i < length; ++i) tokens.emplace_back(small_target(random));
           microbatch_lengths.push_back(static_cast<std::size_t>(length));
           ++sequences;
           longest = std::max(longest, length);
@@ -304,13 +314,7 @@ suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microb
       }
     }
     if (objective == objective_kind::constant) candidate.tokens.normalizer = rational(sequences * longest);
-    measure(candidate);
-    if (!have_best || candidate.separation > best.separation) {
-      best = std::move(candidate);
-      have_best = true;
-    }
-  }
-  return best;
+  });
 }
 
 }  // namespace
@@ -321,14 +325,8 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
   const std::array<rational, 6> weights{fraction(1, 4), fraction(1, 2), fraction(3, 4),
                                         rational(1),    fraction(3, 2), rational(2)};
   const bool weighted = objective == objective_kind::weighted_token_mean;
-  constexpr int attempts = 400;
   constexpr std::uint64_t most_tokens = 4;  // per microbatch
-  detail::deterministic_random random(0x9E3779B97F4A7C15ull);
-  suggestion best;
-  bool have_best = false;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    suggestion candidate;
-    candidate.type = type;
+  return best_of(400, 0x9E3779B97F4A7C15ull, type, [&](suggestion& candidate, detail::deterministic_random& random) {
     for (std::uint64_t r = 0; r < world_size; ++r) {
       std::vector<std::vector<token>> rank;
       std::vector<std::vector<token>> rank_weights;
@@ -337,9 +335,7 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
         std::vector<token> token_weights;
         const std::uint64_t count = 1 + random.below(most_tokens);
         for (std::uint64_t i = 0; i < count; ++i) {
-          // Small integers: exact in every dtype, bfloat16 included.
-          const auto target = static_cast<long>(random.below(11)) - 4;
-          tokens.emplace_back(rational(target));
+          tokens.emplace_back(small_target(random));
           if (weighted) token_weights.emplace_back(weights[random.below(weights.size())]);
         }
         rank.push_back(std::move(tokens));
@@ -348,13 +344,7 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
       candidate.tokens.ranks.push_back(std::move(rank));
       if (weighted) candidate.tokens.weights.push_back(std::move(rank_weights));
     }
-    measure(candidate);
-    if (!have_best || candidate.separation > best.separation) {
-      best = std::move(candidate);
-      have_best = true;
-    }
-  }
-  return best;
+  });
 }
 
 update_counts read_counts(std::string_view text, std::string source, const reader_limits& limits) {
