@@ -95,19 +95,22 @@ def sharded_model(kind: str, probe: Any) -> Tuple[Any, Any, Callable[..., torch.
     return model, p, tiny_loss
 
 
-def fsdp_step(rank: int, world_size: int, probe: Any) -> Dict[str, Any]:
-    """Each loop at each G, each its own sharded model; the verdicts (and one loop that never syncs)."""
+def fsdp_step(rank: int, world_size: int, probe: Any, accumulation: Tuple[int, ...] = ACCUMULATION,
+              kinds: Optional[List[str]] = None, dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+    """Each loop at each G, each its own sharded model; the verdicts (and at G = 2 one loop that never syncs
+    and the other shapes). ``kinds`` and ``dtype`` (p's) narrow it down for the three-rank launch."""
     results: Dict[str, Any] = {}
     rows = Rows(LENGTHS)
-    for g in ACCUMULATION:
+    attach = probe if dtype is None else (lambda model: probe(model, dtype=dtype))
+    for g in accumulation:
         window = [collate([rows[2 * (world_size * m + rank) + k] for k in range(2)]) for m in range(g)]
         local = sum(valid_count(b["labels"]) for b in window)
         total = torch.tensor(local)
         dist.all_reduce(total)
-        for kind in list(EXPECTED) + (["unsynced", *SHAPES] if g == 2 else []):
+        for kind in kinds if kinds is not None else list(EXPECTED) + (["unsynced", *SHAPES] if g == 2 else []):
             key = f"{kind}-G{g}"
             try:
-                model, p, loss_of = sharded_model("token_count" if kind == "unsynced" else kind, probe)
+                model, p, loss_of = sharded_model("token_count" if kind == "unsynced" else kind, attach)
                 sharded = type(dict(model.named_parameters())[p.name]).__name__
                 optimizer = torch.optim.AdamW(p.model_parameters(model), lr=1e-2)
                 with p.step():
@@ -189,3 +192,31 @@ def test_fsdp2_hsdp_and_mixed_precision(ranks: List[Dict[str, Any]], kind: str) 
         assert first["placements"] == ["S(0)"], first["placements"]
         # The loss was computed in bfloat16: the gate's bound is that arithmetic's.
         assert json.loads(first["document"])["observed"]["dtype"] == "bfloat16"
+
+
+THREE_RANKS = ("token_count", "mean", "local_count")
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory: Any) -> List[Dict[str, Any]]:
+    """The tiny model's loops at G = 2 on three ranks (one launch): p split in thirds. p is float32 like the
+    model: FSDP2 wants one dtype per parameter group, and on three ranks the probe's default is the other
+    dtype (a DDP bucket of its own)."""
+    from normcheck.launch import launch
+
+    folder = tmp_path_factory.mktemp("fsdp3")
+    return launch(fsdp_step, 3, args=((2,), list(THREE_RANKS), torch.float32), timeout=400, directory=str(folder))
+
+
+@pytest.mark.parametrize("kind", THREE_RANKS)
+def test_fsdp2_on_three_ranks(three_ranks: List[Dict[str, Any]], kind: str) -> None:
+    results = [rank[f"{kind}-G2"] for rank in three_ranks]
+    for result in results:
+        assert "error" not in result, result["error"]
+    first = results[0]
+    assert [r["verdict"] for r in results] == [first["verdict"]] * 3
+    verdict, name = EXPECTED[kind]
+    assert first["verdict"] == verdict, first["message"]
+    if name is not None:
+        assert name in first["diagnosis"], first["message"]
+    assert "W = 3" in first["document"] and "p sharded by FSDP2" in first["document"]
