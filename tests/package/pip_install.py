@@ -8,7 +8,8 @@ Run by the virtual environment of .ci/setup --tests (it has torch, pytest and th
 1. copy the checkout's files (those git tracks or would track) into DIR/checkout/tree, make that copy a
    git repository with everything committed, and make it read-only (chmod -R a-w);
 2. pip install it into a fresh virtual environment: the package builds its executable with CMake, in
-   DIR/checkout/build;
+   DIR/checkout/build (and `pip install` of its python/ folder alone is refused, saying to install from
+   the top folder);
 3. in that environment: `normcheck --version` is the package's __version__, normcheck.torch imports, the
    package finds its own executable (not $NORMCHECK, not PATH), checks a bundled case that passes and one
    that fails through run_check, its extension normcheck._core gives every file under cases/ the very
@@ -303,6 +304,13 @@ def main():
     try:
         # 2 and 3: from the checkout.
         python = fresh_venv(os.path.join(work, "checkout", "venv"))
+        # python/ alone cannot build the executable: `pip install ./python` says where to install from.
+        done = subprocess.run([python, "-m", "pip", "install", os.path.join(checkout, "python")], env=pip_environment,
+                              cwd=work, capture_output=True, text=True, timeout=STEP_TIMEOUT)
+        if done.returncode == 0 or "run `pip install .` there" not in done.stdout + done.stderr:
+            raise Failure(f"pip install of python/ exited with {done.returncode} without pointing to the top folder:\n"
+                          f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        print("pip install ./python: refused, pointing to the top folder", flush=True)
         install(python, checkout)
         check_installed(python, checkout, work, "checkout")
 
