@@ -20,10 +20,9 @@ namespace nb = nanobind;
 
 namespace {
 
-normcheck::check_options options_for(bool require_gate, unsigned jobs) {
+normcheck::check_options options_for(bool require_gate) {
   normcheck::check_options options;
   options.require_gate = require_gate;
-  options.jobs = jobs;
   return options;
 }
 
@@ -38,8 +37,8 @@ nb::tuple check_paths_json(const std::vector<std::string>& paths, bool require_g
     const std::vector<std::filesystem::path> inputs =
         normcheck::collect_inputs(std::vector<std::filesystem::path>(paths.begin(), paths.end()), &reports_found);
     for (const std::filesystem::path& report : reports_found) skipped.push_back(report.string());
-    const normcheck::check_options options = options_for(require_gate, 1);
-    json = normcheck::json_report(normcheck::check_paths(inputs, options, jobs, [](const normcheck::file_report&) {}));
+    json = normcheck::json_report(
+        normcheck::check_paths(inputs, options_for(require_gate), jobs, [](const normcheck::file_report&) {}));
   }
   return nb::make_tuple(json, skipped);
 }
@@ -47,7 +46,7 @@ nb::tuple check_paths_json(const std::vector<std::string>& paths, bool require_g
 // The same report for one document given as text, named `source` in it.
 std::string check_text_json(const std::string& text, const std::string& source, bool require_gate) {
   nb::gil_scoped_release unlocked;
-  return normcheck::json_report({normcheck::check_text(text, source, options_for(require_gate, 1))});
+  return normcheck::json_report({normcheck::check_text(text, source, options_for(require_gate))});
 }
 
 }  // namespace
