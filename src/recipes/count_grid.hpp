@@ -5,6 +5,7 @@
 #include "normcheck/recipes/recipe.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace normcheck::detail {
@@ -34,5 +35,13 @@ inline bool next_point(const std::vector<count_axis>& axes, std::vector<std::uin
   }
   return false;
 }
+
+/// A count in digits grouped by thousands, as the coverage lines print it: "50,386,860".
+inline std::string grouped(std::string digits) {
+  for (std::size_t at = digits.size(); at > 3; at -= 3) digits.insert(at - 3, ",");
+  return digits;
+}
+
+inline std::string grouped(std::uint64_t value) { return grouped(std::to_string(value)); }
 
 }  // namespace normcheck::detail

@@ -29,7 +29,7 @@ recipe_counterexample counterexample_at(const recipe& r, const count_configurati
   document_options options;
   options.description = "Counterexample from normcheck prove: the recipe \"" + r.scale.text() + "\" under the " +
                         std::string(reducer_name(r.reducer)) + " reducer at " + describe(where) +
-                        (divides_by_zero ? " divides by zero (" + scale.zero_divisor + ")"
+                        (divides_by_zero ? " divides by zero (" + scale.zero_divisor + " is 0)"
                                          : " is not " + gradient_name(objective)) +
                         ".";
   options.expect.push_back({strategy::global_mean, example.objective});

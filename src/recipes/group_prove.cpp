@@ -380,13 +380,6 @@ std::string list_of(const std::vector<std::string>& items) {
   return out;
 }
 
-std::string grouped(std::string digits) {
-  for (std::size_t at = digits.size(); at > 3; at -= 3) digits.insert(at - 3, ",");
-  return digits;
-}
-
-std::string grouped(std::uint64_t value) { return grouped(std::to_string(value)); }
-
 // One proof: the scopes in order, each finding kept until one refutes the recipe.
 class group_prover {
 public:

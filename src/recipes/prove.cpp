@@ -222,11 +222,11 @@ private:
     const std::vector<count_configuration> scope = small_scope();
     for (const count_configuration& c : scope) judge_all(c);
     result_.coverage = "every partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch (" +
-                       small_scope_partitions().str() + " partitions, through the " + std::to_string(scope.size()) +
-                       " distinct (W, N, n_r, n_m, G) a microbatch of them can see)";
+                       detail::grouped(small_scope_partitions().str()) + " partitions, through the " +
+                       detail::grouped(scope.size()) + " distinct (W, N, n_r, n_m, G) a microbatch of them can see)";
     if (weighted_objective_)
       result_.coverage += ", each with the tokens of the microbatch, of the rest of its rank and of the other ranks "
-                          "weighing 0, 1/2, 1 or 2 each (" + std::to_string(judged_configurations_) +
+                          "weighing 0, 1/2, 1 or 2 each (" + detail::grouped(judged_configurations_) +
                           " configurations with M > 0)";
     result_.coverage += ", smallest N first";
     return refuted();
