@@ -490,12 +490,12 @@ def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optiona
     return verdicts_of(reports, require_gate)
 
 
-def well_shaped_reports(result: Dict[str, Any], files: Sequence[str], source: str) -> List[Dict[str, Any]]:
+def well_shaped_reports(result: Any, files: Sequence[str], source: str) -> List[Dict[str, Any]]:
     """The reports of one ``check --json`` result, refused unless shaped as normcheck-report/1 and not empty.
 
     ``source`` names what printed the result (the command, or the extension) in the errors.
     """
-    reports = result.get("reports", [])
+    reports = result.get("reports", []) if isinstance(result, dict) else None
     if not isinstance(reports, list) or not all(_well_shaped(report) for report in reports):
         raise NormcheckError(f"{source} printed a report that is not shaped as normcheck-report/1: "
                              f"{json.dumps(result)[:2000]}")

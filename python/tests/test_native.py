@@ -67,7 +67,7 @@ def test_a_stale_extension_is_refused(extension):
 
 
 @pytest.mark.parametrize("answer", ["not json", json.dumps({"reports": [{"file": "f.json", "status": "maybe"}]}),
-                                    json.dumps({"reports": []})])
+                                    json.dumps({"reports": []}), json.dumps([{"reports": []}])])
 def test_what_is_not_a_report_is_an_error(extension, answer):
     extension.answer = answer
     with pytest.raises(NormcheckError, match="not JSON|not shaped|nothing to check"):
