@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 namespace {
 
 using normcheck::file_status;
@@ -38,8 +40,10 @@ constexpr std::string_view unequal_wrong = R"({
 })";
 
 // A folder of scratch files under the temporary directory, removed at the end of the test.
+// CTest runs each test case in a process of its own, two at a time: the folder is this process's alone.
 struct scratch_folder {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / "normcheck_check_test";
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("normcheck_check_test_" + std::to_string(::getpid()));
   scratch_folder() {
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);

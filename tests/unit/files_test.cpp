@@ -23,7 +23,8 @@ using normcheck::reader_limits;
 struct scratch_file {
   std::filesystem::path path;
   explicit scratch_file(std::string_view name, std::string_view content)
-      : path(std::filesystem::temp_directory_path() / ("normcheck_files_test_" + std::string(name))) {
+      : path(std::filesystem::temp_directory_path() /
+             ("normcheck_files_test_" + std::to_string(::getpid()) + "_" + std::string(name))) {
     std::ofstream(path, std::ios::binary) << content;
   }
   ~scratch_file() {
