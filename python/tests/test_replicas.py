@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 from normcheck.collectives import check_collectives, record_collectives, trace_files  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
+from normcheck.replicas import ReplicaReadError  # noqa: E402
 from normcheck.torch import ReplicaDivergence, ReplicaSummary, check_replicas  # noqa: E402
 
 WORLD_SIZES = (2, 3)
@@ -49,13 +50,22 @@ def batch(rank, step, scale=1.0):
 
 
 def outcome(call):
-    """('agree', summary) or ('differ', the divergence's fields), on this rank."""
+    """('agree', summary), ('differ', the divergence's fields) or ('unread', the read error's), on this rank."""
     try:
         return ("agree", call())
     except ReplicaDivergence as e:
         return ("differ", {"message": str(e), "path": e.path, "category": e.category, "ranks": e.ranks,
                            "reference": e.reference_ranks, "index": e.index, "values": e.values,
                            "dtype": e.dtype, "shape": e.shape, "others": e.others})
+    except ReplicaReadError as e:
+        return ("unread", {"message": str(e), "failures": e.failures})
+
+
+def timed(call):
+    """The outcome of a check and the seconds it took on this rank."""
+    started = time.monotonic()
+    result = outcome(call)
+    return {"outcome": result, "seconds": time.monotonic() - started}
 
 
 def ddp_setup(dropout=0.0, broadcast_buffers=True, norm=True, lr=1e-2):
@@ -236,6 +246,50 @@ def recorded_and_unrecorded(rank, world_size, traces):
     return {"bitwise_equal": same, "dividing_hook_bitwise_equal": dividing_same, "methods_restored": restored}
 
 
+def outside_parameter(rank, world_size):
+    """A learnable temperature outside the DDP module, trained by the same optimizer (add_param_group) and
+    all-reduced by hand: the last rank starts from another value, then every rank from rank 0's."""
+    torch.manual_seed(0)
+    model = Net(norm=False)
+    ddp = DDP(model)
+    temperature = nn.Parameter(torch.tensor(2.0 if rank == world_size - 1 else 1.0))
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+    optimizer.add_param_group({"params": [temperature], "lr": 1e-3})
+    results = []
+    for step in range(2):
+        if step == 1:
+            with torch.no_grad():
+                dist.broadcast(temperature, src=0)
+        x, y = batch(rank, step)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(ddp(x) * temperature, y).backward()
+        dist.all_reduce(temperature.grad)
+        temperature.grad.div_(world_size)
+        optimizer.step()
+        results.append(outcome(lambda: check_replicas(ddp, optimizer)))
+    return results
+
+
+def meta_buffer_one_rank(rank, world_size):
+    """The last rank's model holds a buffer on the meta device (no values), the others' on the CPU."""
+    torch.manual_seed(0)
+    model = Net(norm=False)
+    model.register_buffer("scale", torch.ones(3, device="meta" if rank == world_size - 1 else "cpu"))
+    return timed(lambda: check_replicas(model))
+
+
+class Constant:
+    """A learning-rate schedule without state_dict()."""
+
+
+def scheduler_without_state_dict(rank, world_size):
+    """The last rank passes a scheduler without state_dict(), the others a StepLR; then every rank one."""
+    model, ddp, optimizer = ddp_setup(norm=False)
+    scheduler = Constant() if rank == world_size - 1 else torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    return [timed(lambda: check_replicas(ddp, optimizer, scheduler)),
+            timed(lambda: check_replicas(ddp, optimizer, Constant()))]
+
+
 class _nothing:
     def __enter__(self):
         return None
@@ -257,6 +311,9 @@ def every_variant(rank, world_size, probe, traces):
     results["buffers_broadcast"] = buffers_not_broadcast(rank, world_size, broadcast_buffers=True)
     results["one_ulp"] = one_ulp(rank, world_size)
     results["grad_none"] = grad_none(rank, world_size)
+    results["outside_parameter"] = outside_parameter(rank, world_size)
+    results["meta_buffer_one_rank"] = meta_buffer_one_rank(rank, world_size)
+    results["scheduler_without_state_dict"] = scheduler_without_state_dict(rank, world_size)
     results["recorded"] = recorded_and_unrecorded(rank, world_size, traces)
     results["seconds"] = time.monotonic() - started
     return results
@@ -294,7 +351,7 @@ def _comparable(value):
     if isinstance(value, (list, tuple)):
         return [_comparable(v) for v in value]
     if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items() if k != "loss"}
+        return {k: _comparable(v) for k, v in value.items() if k not in ("loss", "seconds")}
     return value
 
 
@@ -411,6 +468,44 @@ def test_a_gradient_that_is_none_on_one_rank_is_named(runs, world_size):
     last = world_size - 1
     assert fields["path"] == "grad body.weight"
     assert fields["values"][last] == "None (NoneType)" and fields["values"][0] == "float32[8, 6]"
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_a_parameter_outside_the_model_is_compared_by_its_place_in_the_groups(runs, world_size):
+    results, _ = runs(world_size)
+    first, second = on_every_rank(results, "outside_parameter")
+    fields = differ(first)
+    assert fields["path"] == "optimizer.param_groups[1].params[0]" and fields["category"] == "parameters"
+    assert fields["ranks"] == (world_size - 1,) and fields["others"] == ()
+    summary = agree(second)
+    assert summary.categories["parameters"].tensors == 5 and summary.categories["gradients"].tensors == 5
+
+
+# The launch's collective time limit is its own plus 60 s: a rank left waiting would take longer than that.
+PROMPT_SECONDS = 30.0
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_a_meta_buffer_on_one_rank_is_a_difference_on_every_rank_at_once(runs, world_size):
+    results, _ = runs(world_size)
+    variant = on_every_rank(results, "meta_buffer_one_rank")
+    fields = differ(variant["outcome"])
+    assert fields["path"] == "buffer scale" and fields["ranks"] == (world_size - 1,)
+    assert "float32[3] on meta" in fields["values"][world_size - 1]
+    assert all(r["meta_buffer_one_rank"]["seconds"] < PROMPT_SECONDS for r in results)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_a_scheduler_one_rank_cannot_read_fails_every_rank_at_once(runs, world_size):
+    results, _ = runs(world_size)
+    one, every = on_every_rank(results, "scheduler_without_state_dict")
+    last = world_size - 1
+    kind, fields = one["outcome"]
+    assert kind == "unread" and fields["failures"] == {last: "TypeError: the scheduler Constant has no state_dict()"}
+    assert fields["message"].startswith(f"check_replicas could not read the state of rank {last} (")
+    kind, fields = every["outcome"]
+    assert kind == "unread" and sorted(fields["failures"]) == list(range(world_size))
+    assert all(t["seconds"] < PROMPT_SECONDS for r in results for t in r["scheduler_without_state_dict"])
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
