@@ -9,6 +9,7 @@ import decimal
 import enum
 import fractions
 import functools
+import numbers
 
 import pytest
 
@@ -69,6 +70,19 @@ def scale(x, factor):
     return x * factor
 
 
+class Ratio:
+    """A rational of another library: registered as numbers.Rational, written by numerator/denominator."""
+
+    def __init__(self, numerator, denominator):
+        self.numerator, self.denominator = numerator, denominator
+
+    def __repr__(self):
+        return "Ratio(…)"
+
+
+numbers.Rational.register(Ratio)
+
+
 # name → (the setting on each rank, the first differing path); each pair is equal today or compared by type.
 SETTINGS = {
     "numpy float32": (lambda r: numpy.float32(0.1 * (r + 1)), GROUP + ".extra"),
@@ -86,6 +100,7 @@ SETTINGS = {
     "Decimal": (lambda r: decimal.Decimal(["0.1", "0.2"][r]), GROUP + ".extra"),
     "Decimal exponent": (lambda r: decimal.Decimal(["1.0", "1.00"][r]), GROUP + ".extra"),
     "Fraction": (lambda r: fractions.Fraction(1, 3 + r), GROUP + ".extra"),
+    "another library's rational": (lambda r: Ratio(1, 3 + r), GROUP + ".extra"),
     "bytes": (lambda r: b"ab"[r:r + 1], GROUP + ".extra"),
     "bytearray": (lambda r: bytearray(b"ab"[r:r + 1]), GROUP + ".extra"),
     "set": (lambda r: {1, 2 + r}, GROUP + ".extra"),
@@ -127,6 +142,31 @@ def test_numbers_are_written_exactly_and_with_their_type():
     assert replicas._exact_text(numpy.float32(0.1)) == f"numpy.float32({float(numpy.float32(0.1)).hex()})"
     assert replicas._exact_text(fractions.Fraction(-2, 6)) == "Fraction(-1, 3)"
     assert replicas._exact_text(2 ** 20000) == hex(2 ** 20000)
+
+
+def test_a_value_holding_itself_is_read_once_and_agrees():
+    def looped(rank):
+        value = {"lr": 0.5}
+        value["again"] = value
+        return with_setting(value)
+
+    comparison = compare(looped)
+    assert comparison.differing == []
+    assert comparison.tables[0][GROUP + ".extra.again"][2] == f"<the value at {GROUP}.extra>"
+
+
+def test_a_value_nested_too_deep_is_listed_not_compared():
+    def nested(rank):
+        value = Holder(rank)
+        for _ in range(40):
+            value = Holder(value)
+        return with_setting(value)
+
+    comparison = compare(nested)
+    assert comparison.differing == []
+    summary = replicas._summary(replicas._state(*nested(0), True, True, False), [0, 1], {})
+    assert len(summary.uncompared) == 1
+    assert next(iter(summary.uncompared.values())).endswith("Holder>: nested more than 32 deep")
 
 
 def outside(value=0.0, grad=0.0, moment=0.0):
