@@ -190,34 +190,62 @@ class _One(torch.autograd.Function):
 
 
 def _route(value: Any, parameters: Sequence[torch.Tensor]) -> Tuple[Any, bool]:
-    """``value`` with its first floating tensor multiplied by 1(p); whether one was found."""
+    """``value`` with every floating tensor that requires grad (else its first floating tensor) multiplied by
+    1(p); whether one was found. Every such tensor: a loss may be built from any of them (TRL's fused head
+    returns a ``loss`` its trainer never backpropagates, and the ``log_probs`` it does)."""
+    one: List[torch.Tensor] = []  # made once per route, at the first tensor routed
+    ones: Dict[Tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def times_one(tensor: torch.Tensor) -> torch.Tensor:
+        if not one:
+            one.append(_One.apply(*parameters))  # type: ignore[no-untyped-call]
+        key = (tensor.device, tensor.dtype)
+        if key not in ones:
+            ones[key] = one[0].to(device=tensor.device, dtype=tensor.dtype)
+        return tensor * ones[key]
+
+    routed, found = _walk(value, times_one, lambda t: t.is_floating_point() and t.requires_grad, every=True)
+    if found:
+        return routed, True
+    return _walk(value, times_one, lambda t: t.is_floating_point(), every=False)
+
+
+def _walk(value: Any, change: Callable[[torch.Tensor], torch.Tensor], chosen: Callable[[torch.Tensor], bool],
+          every: bool) -> Tuple[Any, bool]:
+    """``value`` with ``change`` applied to its chosen tensors (every one, or the first); whether one was chosen.
+    A dict (a ModelOutput) is changed in place, so that its attributes stay in step; a tuple keeps its type."""
     if isinstance(value, torch.Tensor):
-        if value.is_floating_point():
-            one: torch.Tensor = _One.apply(*parameters)  # type: ignore[no-untyped-call]
-            return value * one.to(device=value.device, dtype=value.dtype), True
-        return value, False
+        return (change(value), True) if chosen(value) else (value, False)
     if isinstance(value, dict):
+        any_found = False
         for key in list(value.keys()):
-            routed, found = _route(value[key], parameters)
+            routed, found = _walk(value[key], change, chosen, every)
             if found:
-                value[key] = routed  # in place: a ModelOutput keeps its attributes in step
-                return value, True
-        return value, False
+                value[key] = routed
+                any_found = True
+                if not every:
+                    break
+        return value, any_found
     if isinstance(value, (tuple, list)):
         items = list(value)
+        any_found = False
         for i, item in enumerate(items):
-            routed, found = _route(item, parameters)
+            routed, found = _walk(item, change, chosen, every)
             if found:
                 items[i] = routed
-                if isinstance(value, list):
-                    return items, True
-                if hasattr(value, "_fields"):  # a named tuple
-                    return type(value)(*items), True
-                try:
-                    return type(value)(items), True
-                except TypeError:
-                    return tuple(items), True
-        return value, False
+                any_found = True
+                if not every:
+                    break
+        if not any_found:
+            return value, False
+        if isinstance(value, list):
+            return items, True
+        if hasattr(value, "_fields"):  # a named tuple
+            return type(value)(*items), True
+        try:
+            return type(value)(items), True
+        except TypeError:
+            return tuple(items), True
     return value, False
 
 
@@ -490,34 +518,28 @@ class Probe:
         if not torch.is_grad_enabled():
             return None
         ddp = capture.enclosing_ddp(module)
-        if ddp is None:
-            return None
-        self._ddp_forward = True
-        if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
-            if not capture.ddp_holds(ddp, self.probe_parameters()):
-                raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP wrapped "
-                                 "the model, so DDP never reduces p's gradient. Construct Probe(model) before "
-                                 "DistributedDataParallel(model)")
-            has_hook, hook_name, hook = capture.registered_hook(ddp)
-            # The local gradient is kept only to infer an unknown hook's reducer.
-            self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
-            self._ddp = weakref.ref(ddp)
-        if ddp.require_backward_grad_sync:
-            self._sync_forward = True
-        if not self._active:
-            # A step not judged: no loss term reaches p, and DDP (without find_unused_parameters) would stop
-            # at the next forward because a parameter it holds got no gradient. p is routed through the
-            # output with a gradient of exactly 0, which the next probe.step() discards.
-            routed, found = _route(output, self.probe_parameters())
-            return routed if found else None
-        if not getattr(ddp, "find_unused_parameters", False):
-            return None  # every probe parameter gets its gradient through the loss's terms
-        # DDP looks for the parameters the output depends on: p must be among them, or it is marked unused.
-        routed, found = _route(output, self.probe_parameters())
-        if not found:
+        if ddp is not None:
+            self._ddp_forward = True
+            if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
+                if not capture.ddp_holds(ddp, self.probe_parameters()):
+                    raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP "
+                                     "wrapped the model, so DDP never reduces p's gradient. Construct Probe(model) "
+                                     "before DistributedDataParallel(model)")
+                has_hook, hook_name, hook = capture.registered_hook(ddp)
+                # The local gradient is kept only to infer an unknown hook's reducer.
+                self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
+                self._ddp = weakref.ref(ddp)
+            if ddp.require_backward_grad_sync:
+                self._sync_forward = True
+        # Every forward, judged or not, routes p through the output with a gradient of exactly 0: a reducer that
+        # waits for every parameter it holds (DDP without find_unused_parameters, the Trainer's choice under
+        # gradient checkpointing) would otherwise never all-reduce the bucket holding p, and so leave the model's
+        # gradients unreduced, after any backward that no loss term of the probe reaches.
+        routed, found = _route(output, [holder.source() for holder in self._holders])
+        if not found and ddp is not None and getattr(ddp, "find_unused_parameters", False):
             raise ProbeError(f"{type(module).__name__}'s output holds no floating tensor to route p through: "
                              "DDP with find_unused_parameters would not see p used by the forward pass")
-        return routed
+        return routed if found else None
 
     def _on_gradient(self, grad: torch.Tensor) -> None:
         if self._keep_local:
