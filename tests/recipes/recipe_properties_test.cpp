@@ -8,7 +8,9 @@
 #include <doctest/doctest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <functional>
+#include <random>
 
 namespace {
 
@@ -149,4 +151,91 @@ TEST_CASE("the acceptance law catches a prover that takes a declared objective f
       return prove_recipe(r, objective_kind::token_mean).verdict;
     return prove_recipe(r, objective).verdict;
   }));
+}
+
+namespace {
+
+// A recipe that is right wherever it is defined, times d / d for a divisor d whose zeros in `variable` were
+// drawn first (the brute force): every admissible zero is known, so a prover must name one of them.
+struct planted_zeros {
+  std::string scale;
+  objective_kind objective;
+  count_variable variable;
+  std::vector<rational> zeros;
+};
+
+std::vector<planted_zeros> draw_planted_zeros(int count) {
+  std::mt19937_64 random(20261203);
+  auto below = [&](std::uint64_t n) { return static_cast<std::int64_t>(random() % n); };
+  std::vector<planted_zeros> all;
+  for (int i = 0; i < count; ++i) {
+    const std::int64_t p = 1 + below(3000);
+    const std::int64_t q = 1 + below(60);
+    const std::string root = std::to_string(q) + "*X - " + std::to_string(p);  // zero at p/q
+    const std::string other = std::to_string(1 + below(9)) + "*X + " + std::to_string(1 + below(9));  // none > 0
+    const std::string divisor = below(2) == 0 ? root : "(" + root + ") * (" + other + ")";
+    const rational zero = fraction(integer(p), integer(q));
+    planted_zeros planted;
+    switch (i % 4) {
+      case 0:
+      case 1: planted = {"W / C", objective_kind::constant, count_variable::C, {zero}}; break;
+      case 2: planted = {"W / M", weighted_mean, count_variable::M, {zero}}; break;
+      default: planted = {"W / B", objective_kind::sequence_sum_mean, count_variable::B, {rational(p)}}; break;
+    }
+    std::string name(variable_name(planted.variable));
+    std::string d = planted.variable == count_variable::B ? "X - " + std::to_string(p) : divisor;
+    for (std::size_t at = d.find('X'); at != std::string::npos; at = d.find('X')) d.replace(at, 1, name);
+    planted.scale += " * (" + d + ") / (" + d + ")";
+    all.push_back(planted);
+  }
+  return all;
+}
+
+// The value of `v` where a prover says the recipe divides by zero; nothing when it says it does not.
+using zero_finder = std::function<std::optional<rational>(const recipe&, objective_kind, count_variable)>;
+
+// Counts the planted recipes whose zero `find` misses or misplaces.
+int missed_zeros(const zero_finder& find) {
+  int missed = 0;
+  for (const planted_zeros& planted : draw_planted_zeros(48)) {
+    const std::optional<rational> found =
+        find(recipe{recipe_expression::parse(planted.scale), reducer_kind::mean}, planted.objective, planted.variable);
+    if (!found || std::find(planted.zeros.begin(), planted.zeros.end(), *found) == planted.zeros.end()) ++missed;
+  }
+  return missed;
+}
+
+rational value_of(const count_configuration& where, count_variable v) {
+  switch (v) {
+    case count_variable::C: return *where.normalizer;
+    case count_variable::M: return (*where.masses)[0];
+    case count_variable::B: return rational(where.sequences->sequences);
+    default: return rational(where.valid_tokens);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("prove finds every planted zero of a divisor, and check confirms it") {
+  CHECK(missed_zeros([](const recipe& r, objective_kind objective, count_variable v) -> std::optional<rational> {
+          const proof_result result = prove_recipe(r, objective);
+          CAPTURE(r.scale.text());
+          if (result.verdict != proof_verdict::divides_by_zero || !result.counterexample) return std::nullopt;
+          if (recipe_gradient(to_partition(result.counterexample->tokens), r).value) return std::nullopt;
+          return value_of(result.counterexample->where, v);
+        }) == 0);
+}
+
+TEST_CASE("the planted-zero law catches a prover that only samples") {
+  // The values the scopes sample: C = p/q and masses with p ≤ 64, q ≤ 8; counts up to 64.
+  CHECK(missed_zeros([](const recipe& r, objective_kind, count_variable v) -> std::optional<rational> {
+          for (std::int64_t p = 1; p <= 64; ++p)
+            for (std::int64_t q = 1; q <= (v == count_variable::B ? 1 : 8); ++q) {
+              count_values values;
+              values.fill(rational(1));
+              values[static_cast<std::size_t>(v)] = fraction(integer(p), integer(q));
+              if (!r.scale.evaluate(values).value) return values[static_cast<std::size_t>(v)];
+            }
+          return std::nullopt;
+        }) > 0);
 }
