@@ -245,7 +245,9 @@ TEST_CASE("under every declared objective a divisor that vanishes beyond the sco
       {{"W / B * (N - 777) / (N - 777)", objective_kind::sequence_sum_mean, rational(777)}, tokens},
       {{"W / B * (B - 9) / (B - 9)", objective_kind::sequence_sum_mean, rational(9)}, sequences},
   };
-  for (const auto& [c, value] : cases) {
+  for (const auto& entry : cases) {
+    const zero_case& c = entry.first;  // not a structured binding: CAPTURE's lambda must capture it (clang 14)
+    const auto& value = entry.second;
     CAPTURE(c.scale);
     const proof_result result = prove_recipe(make(c.scale, reducer_kind::mean), c.objective);
     CHECK(result.verdict == proof_verdict::divides_by_zero);
