@@ -37,10 +37,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
+from .errors import Error
+
 __all__ = ["launch", "launch_result", "LaunchResult", "LaunchError", "ProbeFactory", "free_port", "exit_process"]
 
 
-class LaunchError(RuntimeError):
+class LaunchError(RuntimeError, Error):
     """A launch that did not complete: a rank raised, crashed, or passed the time limit."""
 
     def __init__(self, message: str, *, timed_out: bool = False, killed: Sequence[int] = (),

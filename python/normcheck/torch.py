@@ -39,6 +39,7 @@ from . import dump
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import NormcheckError, NormcheckFailure, Verdict, run_check
 from .collectives import record_collectives  # noqa: F401 (re-exported)
+from .errors import Error
 from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas  # noqa: F401 (re-exported)
 
 __all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
@@ -94,7 +95,7 @@ class _KeywordInputs:
             del module.__dict__["forward"]
 
 
-class ProbeError(RuntimeError):
+class ProbeError(RuntimeError, Error):
     """The probe was used in a way that makes p.grad mean something else than the step's weights."""
 
 
