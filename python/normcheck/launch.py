@@ -84,7 +84,7 @@ class ProbeFactory:
 
     def __call__(self, module: Any, **options: Any) -> Any:
         """A ``normcheck.torch.Probe`` on ``module`` that writes its dumps into this launch's folder."""
-        from .torch import Probe
+        from .probe import Probe
 
         options.setdefault("executable", self.executable)
         options.setdefault("directory", self.directory)

@@ -8,7 +8,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..torch import Probe, ProbeError, _route
+from .._probe_install import route
+from ..probe import Probe, ProbeError
 
 __all__ = ["drop_from_optimizer", "route_outside_step"]
 
@@ -50,7 +51,7 @@ def route_outside_step(probe: Probe, active: Callable[[], bool]) -> Any:
     def hook(module: nn.Module, inputs: Any, output: Any) -> Any:
         if active() or not torch.is_grad_enabled():
             return None
-        routed, found = _route(output, parameters)
+        routed, found = route(output, parameters)
         return routed if found else None
 
     return probe.module.register_forward_hook(hook)
