@@ -18,7 +18,7 @@ from torch import nn
 from ._probe_record import ProbeError
 
 __all__ = ["DEFAULT_NAME", "SitesOption", "Holder", "KeywordInputs", "install", "keep_out_of_checkpoints",
-           "register_inputs_hook", "route", "own_bucket_dtype", "default_dtype"]
+           "register_inputs_hook", "route", "walk", "own_bucket_dtype", "default_dtype"]
 
 DEFAULT_NAME = "normcheck_probe"
 """The name p is registered under, on the module and on each site."""
@@ -194,32 +194,60 @@ class One(torch.autograd.Function):
 
 
 def route(value: Any, parameters: Sequence[torch.Tensor]) -> Tuple[Any, bool]:
-    """``value`` with its first floating tensor multiplied by 1(p); whether one was found."""
+    """``value`` with every floating tensor that requires grad (else its first floating tensor) multiplied by
+    1(p); whether one was found. Every such tensor: a loss may be built from any of them (TRL's fused head
+    returns a ``loss`` its trainer never backpropagates, and the ``log_probs`` it does)."""
+    one: List[torch.Tensor] = []  # made once per route, at the first tensor routed
+    ones: Dict[Tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def times_one(tensor: torch.Tensor) -> torch.Tensor:
+        if not one:
+            one.append(One.apply(*parameters))  # type: ignore[no-untyped-call]
+        key = (tensor.device, tensor.dtype)
+        if key not in ones:
+            ones[key] = one[0].to(device=tensor.device, dtype=tensor.dtype)
+        return tensor * ones[key]
+
+    routed, found = walk(value, times_one, lambda t: t.is_floating_point() and t.requires_grad, every=True)
+    if found:
+        return routed, True
+    return walk(value, times_one, lambda t: t.is_floating_point(), every=False)
+
+
+def walk(value: Any, change: Callable[[torch.Tensor], torch.Tensor], chosen: Callable[[torch.Tensor], bool],
+          every: bool) -> Tuple[Any, bool]:
+    """``value`` with ``change`` applied to its chosen tensors (every one, or the first); whether one was chosen.
+    A dict (a ModelOutput) is changed in place, so that its attributes stay in step; a tuple keeps its type."""
     if isinstance(value, torch.Tensor):
-        if value.is_floating_point():
-            one: torch.Tensor = One.apply(*parameters)  # type: ignore[no-untyped-call]
-            return value * one.to(device=value.device, dtype=value.dtype), True
-        return value, False
+        return (change(value), True) if chosen(value) else (value, False)
     if isinstance(value, dict):
+        any_found = False
         for key in list(value.keys()):
-            routed, found = route(value[key], parameters)
+            routed, found = walk(value[key], change, chosen, every)
             if found:
-                value[key] = routed  # in place: a ModelOutput keeps its attributes in step
-                return value, True
-        return value, False
+                value[key] = routed
+                any_found = True
+                if not every:
+                    break
+        return value, any_found
     if isinstance(value, (tuple, list)):
         items = list(value)
+        any_found = False
         for i, item in enumerate(items):
-            routed, found = route(item, parameters)
+            routed, found = walk(item, change, chosen, every)
             if found:
                 items[i] = routed
-                if isinstance(value, list):
-                    return items, True
-                if hasattr(value, "_fields"):  # a named tuple
-                    return type(value)(*items), True
-                try:
-                    return type(value)(items), True
-                except TypeError:
-                    return tuple(items), True
-        return value, False
+                any_found = True
+                if not every:
+                    break
+        if not any_found:
+            return value, False
+        if isinstance(value, list):
+            return items, True
+        if hasattr(value, "_fields"):  # a named tuple
+            return type(value)(*items), True
+        try:
+            return type(value)(items), True
+        except TypeError:
+            return tuple(items), True
     return value, False

@@ -37,9 +37,10 @@ def available() -> bool:
 def _core() -> Any:
     extension = _extension()
     if extension is None:
-        raise NormcheckError("this normcheck package has no native extension (normcheck._core): it is built by "
-                             "`pip install .` of the repository; from a checkout, use normcheck.check.run_check, "
-                             "which runs the executable")
+        raise NormcheckError("this normcheck package has no native extension (normcheck._core): `pip install .` "
+                             "of the repository builds it where the interpreter has its development headers "
+                             "(Debian: apt-get install python3-dev, then reinstall); normcheck.check.run_check "
+                             "runs the executable instead, on every install and from a checkout")
     if extension.version != __version__:
         raise NormcheckError(f"the extension normcheck._core is version {extension.version}, the package "
                              f"{__version__}: reinstall the package")

@@ -279,34 +279,28 @@ class Probe:
         if not torch.is_grad_enabled():
             return None
         ddp = capture.enclosing_ddp(module)
-        if ddp is None:
-            return None
-        self._ddp_forward = True
-        if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
-            if not capture.ddp_holds(ddp, self.probe_parameters()):
-                raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP wrapped "
-                                 "the model, so DDP never reduces p's gradient. Construct Probe(model) before "
-                                 "DistributedDataParallel(model)")
-            has_hook, hook_name, hook = capture.registered_hook(ddp)
-            # The local gradient is kept only to infer an unknown hook's reducer.
-            self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
-            self._ddp = weakref.ref(ddp)
-        if ddp.require_backward_grad_sync:
-            self._sync_forward = True
-        if not self._active:
-            # A step not judged: no loss term reaches p, and DDP (without find_unused_parameters) would stop
-            # at the next forward because a parameter it holds got no gradient. p is routed through the
-            # output with a gradient of exactly 0, which the next probe.step() discards.
-            routed, found = route(output, self.probe_parameters())
-            return routed if found else None
-        if not getattr(ddp, "find_unused_parameters", False):
-            return None  # every probe parameter gets its gradient through the loss's terms
-        # DDP looks for the parameters the output depends on: p must be among them, or it is marked unused.
-        routed, found = route(output, self.probe_parameters())
-        if not found:
+        if ddp is not None:
+            self._ddp_forward = True
+            if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
+                if not capture.ddp_holds(ddp, self.probe_parameters()):
+                    raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP "
+                                     "wrapped the model, so DDP never reduces p's gradient. Construct Probe(model) "
+                                     "before DistributedDataParallel(model)")
+                has_hook, hook_name, hook = capture.registered_hook(ddp)
+                # The local gradient is kept only to infer an unknown hook's reducer.
+                self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
+                self._ddp = weakref.ref(ddp)
+            if ddp.require_backward_grad_sync:
+                self._sync_forward = True
+        # Every forward, judged or not, routes p through the output with a gradient of exactly 0: a reducer that
+        # waits for every parameter it holds (DDP without find_unused_parameters, the Trainer's choice under
+        # gradient checkpointing) would otherwise never all-reduce the bucket holding p, and so leave the model's
+        # gradients unreduced, after any backward that no loss term of the probe reaches.
+        routed, found = route(output, [holder.source() for holder in self._holders])
+        if not found and ddp is not None and getattr(ddp, "find_unused_parameters", False):
             raise ProbeError(f"{type(module).__name__}'s output holds no floating tensor to route p through: "
                              "DDP with find_unused_parameters would not see p used by the forward pass")
-        return routed
+        return routed if found else None
 
     def _on_gradient(self, grad: torch.Tensor) -> None:
         if self._keep_local:

@@ -115,14 +115,17 @@ def judged_after_unjudged(rank, make_probe, broken):
     counts = probe_loops.Counts(probe_loops.window("uneven", 2, 2))
 
     def steps():
-        if broken:
-            probe._active = True  # what the probe did before: nothing routed p outside probe.step()
+        import normcheck.probe as probing
+
+        route = probing.route
+        if broken:  # what the probe did before: nothing routed p outside probe.step()
+            probing.route = lambda value, parameters: (value, False)
         for tokens, labels in probe_loops.Step(ddp, probe, counts, rank, torch.float32).batches:  # not judged
             logits = ddp(tokens)
             F.cross_entropy(logits[:, :-1].reshape(-1, tiny_lm.VOCAB), labels[:, 1:].reshape(-1)).backward()
         optimizer.step()
         optimizer.zero_grad()
-        probe._active = False
+        probing.route = route
         with probe.step(wrap=False):
             step_of(ddp, probe, rank)
         return probe.check(ddp).verdict

@@ -171,20 +171,36 @@ std::vector<rational> polynomial::in_one_variable(count_variable v, const count_
 
 std::vector<recipe_divisor> divisors_of(const recipe_expression& scale) { return recipe_algebra::divisors(scale); }
 
-bool nonzero_on_every_configuration(const polynomial& p, bool weighted) {
+bool nonzero_on_every_configuration(const polynomial& p, const count_domain& domain) {
   using v = count_variable;
-  // Slacks, each ≥ 0, in the slots of the variables they stand for: w for W − 1, g for G − 1, a = nₘ,
-  // b = nᵣ − nₘ, c = N − nᵣ; p = mₘ, q = mᵣ − mₘ, r = M − mᵣ.
+  // Slacks, each ≥ 0, in the slots of the variables they stand for: w for W − 1, g for G − 1; with
+  // sequences s = n_s, a = nₘ − n_s, else a = nₘ; b = nᵣ − nₘ, c = N − nᵣ; x = bₘ, y = bᵣ − bₘ, z = B − bᵣ;
+  // p = mₘ, q = mᵣ − mₘ, r = M − mᵣ; C in its own slot, positive.
   auto slack = [](v x) { return polynomial::variable(x); };
   std::array<polynomial, all_count_variables.size()> by;
   by[index_of(v::W)] = polynomial::constant(1) + slack(v::W);
   by[index_of(v::G)] = polynomial::constant(1) + slack(v::G);
-  by[index_of(v::n_m)] = slack(v::n_m);
-  by[index_of(v::n_r)] = slack(v::n_m) + slack(v::n_r);
-  by[index_of(v::N)] = slack(v::n_m) + slack(v::n_r) + slack(v::N);
-  by[index_of(v::m_m)] = slack(v::m_m);
-  by[index_of(v::m_r)] = slack(v::m_m) + slack(v::m_r);
-  by[index_of(v::M)] = slack(v::m_m) + slack(v::m_r) + slack(v::M);
+  by[index_of(v::n_m)] = domain.sequences ? slack(v::n_s) + slack(v::n_m) : slack(v::n_m);
+  by[index_of(v::n_r)] = by[index_of(v::n_m)] + slack(v::n_r);
+  by[index_of(v::N)] = by[index_of(v::n_r)] + slack(v::N);
+  if (domain.sequences) {
+    by[index_of(v::n_s)] = slack(v::n_s);
+    by[index_of(v::b_m)] = slack(v::b_m);
+    by[index_of(v::b_r)] = slack(v::b_m) + slack(v::b_r);
+    by[index_of(v::B)] = slack(v::b_m) + slack(v::b_r) + slack(v::B);
+  } else {
+    by[index_of(v::n_s)] = by[index_of(v::n_m)];  // B, bᵣ, bₘ: 0
+  }
+  if (domain.weighted) {
+    by[index_of(v::m_m)] = slack(v::m_m);
+    by[index_of(v::m_r)] = slack(v::m_m) + slack(v::m_r);
+    by[index_of(v::M)] = slack(v::m_m) + slack(v::m_r) + slack(v::M);
+  } else {
+    by[index_of(v::m_m)] = by[index_of(v::n_m)];
+    by[index_of(v::m_r)] = by[index_of(v::n_r)];
+    by[index_of(v::M)] = by[index_of(v::N)];
+  }
+  if (domain.constant) by[index_of(v::C)] = slack(v::C);
   polynomial in_slacks;
   try {
     in_slacks = p.substitute(by);
@@ -196,56 +212,76 @@ bool nonzero_on_every_configuration(const polynomial& p, bool weighted) {
   for (const auto& [m, c] : in_slacks.terms())
     if ((c > 0) != positive) return false;
   // Every coefficient has one sign and every slack is ≥ 0, so |p| is at least its terms in the slacks that
-  // are not 0 at a configuration, and at least one count slack is ≥ 1 (N ≥ 1) and, weighted, one mass
-  // slack is > 0 (M > 0): p ≠ 0 when, for every such pair, some term uses those two slacks alone.
-  const std::array<v, 3> count_slacks{v::n_m, v::n_r, v::N};
-  const std::array<v, 3> mass_slacks{v::m_m, v::m_r, v::M};
-  for (v count : count_slacks)
-    for (std::size_t j = 0; j < (weighted ? mass_slacks.size() : 1); ++j) {
-      const std::optional<v> mass = weighted ? std::optional<v>(mass_slacks[j]) : std::nullopt;
-      const bool some_term = std::any_of(in_slacks.terms().begin(), in_slacks.terms().end(), [&](const auto& term) {
-        for (v x : all_count_variables) {
-          const bool allowed = x == count || (mass && x == *mass);
-          if (!allowed && term.first[index_of(x)] > 0) return false;
-        }
-        return true;
-      });
-      if (!some_term) return false;
-    }
-  return true;
+  // are not 0 at a configuration; at least one slack of each positive group is (N ≥ 1, M > 0, B ≥ 1), and C
+  // always is: p ≠ 0 when, for every such choice, some term uses the chosen slacks and C alone.
+  std::vector<std::vector<v>> positive_groups;
+  positive_groups.push_back(domain.sequences ? std::vector<v>{v::n_s, v::n_m, v::n_r, v::N}
+                                             : std::vector<v>{v::n_m, v::n_r, v::N});
+  if (domain.weighted) positive_groups.push_back({v::m_m, v::m_r, v::M});
+  if (domain.sequences && domain.sequences_required) positive_groups.push_back({v::b_m, v::b_r, v::B});
+  std::vector<std::size_t> choice(positive_groups.size(), 0);
+  for (;;) {
+    const bool some_term = std::any_of(in_slacks.terms().begin(), in_slacks.terms().end(), [&](const auto& term) {
+      for (v x : all_count_variables) {
+        if (term.first[index_of(x)] == 0 || (domain.constant && x == v::C)) continue;
+        bool chosen = false;
+        for (std::size_t k = 0; k < positive_groups.size(); ++k) chosen = chosen || positive_groups[k][choice[k]] == x;
+        if (!chosen) return false;
+      }
+      return true;
+    });
+    if (!some_term) return false;
+    std::size_t k = 0;
+    while (k < choice.size() && ++choice[k] == positive_groups[k].size()) choice[k++] = 0;
+    if (k == choice.size()) return true;
+  }
 }
 
 std::vector<rational> roots_in_domain(std::vector<rational> coefficients, count_variable v) {
   const bool mass = v == count_variable::M || v == count_variable::m_r || v == count_variable::m_m;
+  const bool rational_valued = mass || v == count_variable::C;
   std::vector<rational> roots;
   if (coefficients.empty()) return roots;  // 0 everywhere: any value, left to the scopes
-  auto in_domain = [&](const rational& x) { return x >= 0 && (mass || denominator(x) == 1); };
+  auto in_domain = [&](const rational& x) {
+    return v == count_variable::C ? x > 0 : x >= 0 && (mass || denominator(x) == 1);
+  };
   std::size_t zeros = 0;
   while (zeros < coefficients.size() && coefficients[zeros] == 0) ++zeros;
-  if (zeros > 0) roots.push_back(0);
+  if (zeros > 0 && in_domain(rational(0))) roots.push_back(0);
   coefficients.erase(coefficients.begin(), coefficients.begin() + static_cast<std::ptrdiff_t>(zeros));
   auto value_at = [&](const rational& x) {
     rational total = 0;
     for (std::size_t k = coefficients.size(); k-- > 0;) total = total * x + coefficients[k];
     return total;
   };
+  auto add = [&](const rational& x) {
+    if (in_domain(x) && value_at(x) == 0 && std::find(roots.begin(), roots.end(), x) == roots.end()) roots.push_back(x);
+  };
   if (coefficients.size() == 2) {
-    rational root = -coefficients[0] / coefficients[1];
-    if (in_domain(root)) roots.push_back(root);
+    add(rational(-coefficients[0] / coefficients[1]));
   } else if (coefficients.size() > 2) {
-    // Integer roots divide the constant term of the polynomial with integer coefficients.
+    // With integer coefficients, a root p/q in lowest terms has p dividing the constant term and q the
+    // leading coefficient (an integer root: q = 1).
     integer common = 1;
     for (const rational& c : coefficients) common = boost::multiprecision::lcm(common, denominator(c));
-    const rational scaled = coefficients[0] * rational(common);
-    const integer constant_term = abs(numerator(scaled));
-    if (constant_term <= integer(1'000'000'000'000ull)) {
-      const std::uint64_t n = constant_term.convert_to<std::uint64_t>();
+    const integer constant_term = abs(numerator(rational(coefficients.front() * rational(common))));
+    const integer leading = abs(numerator(rational(coefficients.back() * rational(common))));
+    const integer most(1'000'000'000'000ull);
+    auto divisors = [](const integer& value) {
+      std::vector<std::uint64_t> found;
+      const std::uint64_t n = value.convert_to<std::uint64_t>();
       for (std::uint64_t d = 1; d * d <= n; ++d)
-        if (n % d == 0)
-          for (std::uint64_t candidate : {d, n / d})
-            if (value_at(rational(candidate)) == 0 &&
-                std::find(roots.begin(), roots.end(), rational(candidate)) == roots.end())
-              roots.push_back(rational(candidate));
+        if (n % d == 0) {
+          found.push_back(d);
+          if (d != n / d) found.push_back(n / d);
+        }
+      return found;
+    };
+    if (constant_term <= most && (!rational_valued || leading <= most)) {
+      const std::vector<std::uint64_t> denominators =
+          rational_valued ? divisors(leading) : std::vector<std::uint64_t>{1};
+      for (std::uint64_t p : divisors(constant_term))
+        for (std::uint64_t q : denominators) add(fraction(integer(p), integer(q)));
     }
   }
   std::sort(roots.begin(), roots.end());

@@ -59,16 +59,27 @@ struct recipe_divisor {
 /// Every division of `scale`, in the order of the text.
 std::vector<recipe_divisor> divisors_of(const recipe_expression& scale);
 
-/// Whether `p` is provably nonzero on every configuration of counts (W ≥ 1, G ≥ 1, N ≥ 1, 0 ≤ nₘ ≤ nᵣ ≤ N)
-/// and, when `weighted`, masses (M > 0, 0 ≤ mₘ ≤ mᵣ ≤ M): after writing each variable as a sum of
-/// non-negative slacks (W = 1 + w, nᵣ = a + b, N = a + b + c, …), every coefficient has the same sign and
-/// the terms in one slack of each group that must be positive (a, b or c for N ≥ 1; p, q or r for M > 0)
-/// never all vanish. Sufficient, not necessary: false means "not shown", not "vanishes".
-bool nonzero_on_every_configuration(const polynomial& p, bool weighted);
+/// Which configurations a divisor must be nonzero on: the counts always, and the names an objective adds.
+struct count_domain {
+  bool weighted = false;   ///< masses M > 0, 0 ≤ mₘ ≤ mᵣ ≤ M (else each mass is its count)
+  bool sequences = false;  ///< a group's tokens 0 ≤ n_s ≤ nₘ and sequence counts 0 ≤ bₘ ≤ bᵣ ≤ B (else n_s = nₘ, B = 0)
+  bool sequences_required = false;  ///< B ≥ 1: every microbatch with a valid token declares its sequences
+  bool constant = false;   ///< a normalizer C > 0 (else C does not occur)
+};
+
+/// Whether `p` is provably nonzero on every configuration of `domain` (W ≥ 1, G ≥ 1, N ≥ 1, 0 ≤ nₘ ≤ nᵣ ≤ N,
+/// and the names the domain adds): after writing each variable as a sum of non-negative slacks
+/// (W = 1 + w, nᵣ = a + b, N = a + b + c, …; C as a positive slack of its own), every coefficient has the
+/// same sign and, for every choice of one slack from each group that must hold a positive one (a, b or c
+/// for N ≥ 1; p, q or r for M > 0; the sequence slacks for B ≥ 1), some term uses only the chosen slacks
+/// and C. Sufficient, not necessary: false means "not shown", not "vanishes".
+bool nonzero_on_every_configuration(const polynomial& p, const count_domain& domain);
 
 /// The values of `v` in its domain (a non-negative integer for a count, a non-negative rational for a
-/// mass) at which the polynomial with coefficients `coefficients` (c0 first) is 0: exactly for degree
-/// at most 1, and among the integers dividing c0 (when it is at most 10^12) above that.
+/// mass, a positive rational for C) at which the polynomial with coefficients `coefficients` (c0 first) is
+/// 0: exactly for degree at most 1; above that, among the integers dividing the constant term for a count,
+/// and the fractions p/q with p dividing it and q the leading coefficient for a mass or C (each of those at
+/// most 10^12 once the coefficients are integers).
 std::vector<rational> roots_in_domain(std::vector<rational> coefficients, count_variable v);
 
 }  // namespace normcheck::detail

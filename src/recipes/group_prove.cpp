@@ -6,6 +6,7 @@
 #include "core/deterministic_random.hpp"
 #include "count_grid.hpp"
 #include "counterexample.hpp"
+#include "divisors.hpp"
 
 #include <algorithm>
 #include <array>
@@ -388,6 +389,7 @@ public:
   proof_result run() {
     exhaustive_scope();
     if (!first_wrong_) random_scope();
+    if (!first_wrong_ && !first_zero_) divisors_beyond_the_scopes();
     if (!first_wrong_) decide_for_all_counts();
     if (first_wrong_) {
       result_.verdict = proof_verdict::wrong;
@@ -585,6 +587,137 @@ private:
                         (scope_.constant ? " and C = p/q with p ≤ 64, q ≤ 8" : "");
   }
 
+  // A divisor may vanish only beyond the scopes (C − 65, N − 777): each is shown nonzero on every configuration
+  // of the objective's domain, or its zeros are sought (solved for one name at a time, the others those of
+  // configurations drawn as in the random scope), and one that is found is a division by zero there. A divisor
+  // neither shown nonzero nor found zero keeps the recipe from being proved.
+  void divisors_beyond_the_scopes() {
+    const count_domain domain{scope_.weighted, scope_.sequences, scope_.required, scope_.constant};
+    std::vector<std::string> seen;
+    for (const recipe_divisor& divisor : divisors_of(recipe_.scale)) {
+      if (std::find(seen.begin(), seen.end(), divisor.text) != seen.end()) continue;
+      seen.push_back(divisor.text);
+      if (divisor.numerator && nonzero_on_every_configuration(*divisor.numerator, domain)) continue;
+      if (divisor.numerator)
+        if (const std::optional<count_configuration> zero = zero_of(*divisor.numerator)) {
+          note(*zero, judge(scope_, recipe_, *zero));
+          result_.coverage += "; the divisor " + divisor.text + " is 0 at " + describe(*zero) + ", beyond the scopes";
+          continue;
+        }
+      undecided_divisors_.push_back(divisor.text);
+    }
+  }
+
+  // A configuration a partition can show at which `numerator` is 0 and the recipe divides by zero: solved for
+  // each name it uses, the others those of the smallest configurations (one or two ranks and microbatches),
+  // then of configurations drawn as in the random scope.
+  std::optional<count_configuration> zero_of(const polynomial& numerator) const {
+    std::vector<count_configuration> bases;
+    for (std::uint64_t w = 1; w <= 2; ++w)
+      for (std::uint64_t g = 1; g <= 2; ++g) {
+        count_configuration c{w, 1 + (g - 1) + (w - 1), 1 + (g - 1), 1, g, std::nullopt};
+        if (scope_.sequences) c.sequences = sequence_counts{true, 1, c.valid_tokens, c.rank_tokens, 1};
+        if (scope_.weighted) {
+          c.masses = std::array<rational, 3>{rational(c.valid_tokens), rational(c.rank_tokens), rational(1)};
+          c.group_mass = rational(1);
+        }
+        if (scope_.constant) c.normalizer = rational(1);
+        bases.push_back(c);
+      }
+    deterministic_random random(0x9E3779B97F4A7C15ull);
+    for (int i = 0; i < 256; ++i) bases.push_back(random_configuration(random));
+    for (const count_configuration& base : bases)
+      for (count_variable v : all_count_variables) {
+        if (!numerator.uses(v)) continue;
+        for (const rational& root : roots_in_domain(numerator.in_one_variable(v, values_of(base)), v)) {
+          const std::optional<count_configuration> at = with_value(base, v, root, numerator);
+          if (at && judge(scope_, recipe_, *at).result == outcome::divides_by_zero) return at;
+        }
+      }
+    return std::nullopt;
+  }
+
+  // `base` with `v` = `value` (the counts holding it, where `numerator` does not read them, grown with it),
+  // when that is a configuration of the scope a partition of at most a million tokens shows; else nothing.
+  std::optional<count_configuration> with_value(count_configuration c, count_variable v, const rational& value,
+                                                const polynomial& numerator) const {
+    constexpr std::uint64_t most_tokens = 1'000'000;
+    constexpr std::uint64_t most_ranks_or_microbatches = 10'000;
+    using cv = count_variable;
+    if (v == cv::C) {
+      if (!scope_.constant) return std::nullopt;
+      c.normalizer = value;
+    } else if (v == cv::M || v == cv::m_r || v == cv::m_m) {
+      if (!c.masses) return std::nullopt;
+      (*c.masses)[v == cv::M ? 0 : v == cv::m_r ? 1 : 2] = value;
+    } else {
+      if (denominator(value) != 1 || value < 0 || value > rational(static_cast<long long>(most_tokens))) return std::nullopt;
+      const std::uint64_t n = value.convert_to<std::uint64_t>();
+      sequence_counts q = sequences_of(c);
+      const bool sequence_name = v == cv::B || v == cv::b_r || v == cv::b_m || v == cv::n_s;
+      if (sequence_name && !c.sequences) return std::nullopt;
+      std::uint64_t* slot[] = {&c.world_size,     &c.valid_tokens,   &c.rank_tokens, &c.microbatch_tokens,
+                               &c.microbatches,   nullptr,           nullptr,        nullptr,
+                               &q.sequences,      &q.rank_sequences, &q.microbatch_sequences, &q.group_tokens};
+      static_assert(std::size(slot) + 1 == all_count_variables.size());
+      std::uint64_t* at = slot[index_of(v)];
+      if (at == nullptr) return std::nullopt;
+      // What holds the value grows with it: n_s, nₘ, nᵣ and N nest, and so do bₘ, bᵣ and B.
+      const std::vector<cv> holders = v == cv::n_s ? std::vector<cv>{cv::n_m, cv::n_r, cv::N}
+                                      : v == cv::n_m ? std::vector<cv>{cv::n_r, cv::N}
+                                      : v == cv::n_r ? std::vector<cv>{cv::N}
+                                      : v == cv::b_m ? std::vector<cv>{cv::b_r, cv::B}
+                                      : v == cv::b_r ? std::vector<cv>{cv::B}
+                                                     : std::vector<cv>{};
+      if (n > *at)
+        for (cv holder : holders)
+          if (!numerator.uses(holder)) *slot[index_of(holder)] += n - *at;
+      *at = n;
+      if (c.sequences) c.sequences = q;
+      const bool masses_read = numerator.uses(cv::M) || numerator.uses(cv::m_r) || numerator.uses(cv::m_m);
+      if (c.masses && !masses_read) {  // every token of weight 1
+        c.masses = std::array<rational, 3>{rational(c.valid_tokens), rational(c.rank_tokens),
+                                           rational(c.microbatch_tokens)};
+        if (c.group_mass) c.group_mass = rational(sequences_of(c).group_tokens);
+      }
+    }
+    const std::uint64_t w = c.world_size, g = c.microbatches, n = c.valid_tokens, n_r = c.rank_tokens,
+                        n_m = c.microbatch_tokens;
+    if (w < 1 || g < 1 || w > most_ranks_or_microbatches || g > most_ranks_or_microbatches) return std::nullopt;
+    if (n < 1 || n > most_tokens || n_m > n_r || n_r > n || (n_r > n_m && g < 2) || (n > n_r && w < 2))
+      return std::nullopt;
+    if (c.sequences) {
+      const sequence_counts q = *c.sequences;
+      // Sequences hold their microbatch's tokens: each with a token holds at least one, and where every
+      // microbatch with a token must declare sequences, tokens outside the group's are in some sequence.
+      auto holds = [&](std::uint64_t tokens, std::uint64_t sequences) {
+        return sequences <= tokens && (!scope_.required || tokens == 0 || sequences >= 1);
+      };
+      const std::uint64_t own = q.group_tokens > 0 ? 1 : 0;
+      if (q.group_tokens > n_m || q.microbatch_sequences > q.rank_sequences || q.rank_sequences > q.sequences)
+        return std::nullopt;
+      if (q.declared) {
+        if (q.microbatch_sequences < own || !holds(n_m - q.group_tokens, q.microbatch_sequences - own) ||
+            (n_m > q.group_tokens && q.microbatch_sequences == own))
+          return std::nullopt;
+      } else if (q.group_tokens != n_m || q.microbatch_sequences != 0) {
+        return std::nullopt;
+      }
+      if (!holds(n_r - n_m, q.rank_sequences - q.microbatch_sequences) || !holds(n - n_r, q.sequences - q.rank_sequences))
+        return std::nullopt;
+    }
+    if (c.masses) {
+      const auto [mass, rank_mass, microbatch_mass] = *c.masses;
+      const rational group = c.group_mass.value_or(microbatch_mass);
+      const sequence_counts q = sequences_of(c);
+      auto part = [](const rational& m, std::uint64_t count) { return m >= 0 && (count > 0 || m == 0); };
+      if (!(mass > 0) || !part(group, q.group_tokens) || !part(microbatch_mass - group, n_m - q.group_tokens) ||
+          !part(rank_mass - microbatch_mass, n_r - n_m) || !part(mass - rank_mass, n - n_r))
+        return std::nullopt;
+    }
+    return c;
+  }
+
   // F = c·T − d (T the objective's units at the group: N, M, B·n_s, B or C) is a rational function of the
   // variables; its numerator has total degree at most D, so if F vanishes on a product grid of D + 1 values of
   // each variable it depends on, inside the domain, the numerator is the zero polynomial and the identity holds
@@ -670,6 +803,16 @@ private:
                           "this is checked, not proved, where it is defined";
       return;
     }
+    if (!undecided_divisors_.empty()) {
+      std::string divisors;
+      for (const std::string& text : undecided_divisors_) divisors += (divisors.empty() ? "" : ", ") + text;
+      result_.coverage += "; c·" + units + " − d vanishes on a grid large enough for its degree, but the divisor" +
+                          (undecided_divisors_.size() > 1 ? "s " : " ") + divisors +
+                          " could not be shown nonzero for every count, nor found 0, so where " +
+                          (undecided_divisors_.size() > 1 ? "one of them is" : "it is") +
+                          " 0 the scale may be undefined: this is checked, not proved";
+      return;
+    }
     result_.verdict = proof_verdict::proved;
     result_.coverage += std::string(first_zero_ ? "; wherever it is defined it gives the objective's gradient" : "") +
                         "; proved for all " + (scope_.weighted ? "counts and masses" : "counts") + ": c·" + units +
@@ -683,6 +826,7 @@ private:
   proof_result result_;
   std::optional<std::pair<count_configuration, judged>> first_wrong_;
   std::optional<std::pair<count_configuration, judged>> first_zero_;
+  std::vector<std::string> undecided_divisors_;  // neither shown nonzero everywhere nor found 0
   std::uint64_t judged_configurations_ = 0;
   int replays_ = 0;
 };

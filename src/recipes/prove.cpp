@@ -265,7 +265,7 @@ private:
     std::vector<std::string> settled;
     for (const detail::recipe_divisor& divisor : detail::divisors_of(recipe_.scale)) {
       if (std::find(settled.begin(), settled.end(), divisor.text) != settled.end()) continue;
-      if (divisor.numerator && detail::nonzero_on_every_configuration(*divisor.numerator, weighted_objective_)) {
+      if (divisor.numerator && detail::nonzero_on_every_configuration(*divisor.numerator, {weighted_objective_})) {
         settled.push_back(divisor.text);
         continue;
       }

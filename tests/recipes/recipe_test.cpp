@@ -220,3 +220,42 @@ TEST_CASE("a divisor neither shown nonzero nor found zero keeps the scale from b
   CHECK(prove_recipe(make("W/(M+m_m-m_m)", reducer_kind::mean), objective_kind::weighted_token_mean).verdict ==
         proof_verdict::proved);
 }
+
+TEST_CASE("under every declared objective a divisor that vanishes beyond the scopes is found, C included") {
+  struct zero_case {
+    const char* scale;
+    objective_kind objective;
+    rational at;  // the value of the name the divisor vanishes in, at the counterexample
+  };
+  const std::function<rational(const count_configuration&)> normalizer = [](const count_configuration& c) {
+    return *c.normalizer;
+  };
+  const std::function<rational(const count_configuration&)> tokens = [](const count_configuration& c) {
+    return rational(c.valid_tokens);
+  };
+  const std::function<rational(const count_configuration&)> sequences = [](const count_configuration& c) {
+    return rational(c.sequences->sequences);
+  };
+  const std::vector<std::pair<zero_case, std::function<rational(const count_configuration&)>>> cases{
+      {{"W / C * (C - 65) / (C - 65)", objective_kind::constant, rational(65)}, normalizer},
+      {{"W / C * (C - 1000) / (C - 1000)", objective_kind::constant, rational(1000)}, normalizer},
+      {{"W / C * (13*C - 2) / (13*C - 2)", objective_kind::constant, fraction(2, 13)}, normalizer},
+      {{"W / C * (9*C - 1) / (9*C - 1)", objective_kind::constant, fraction(1, 9)}, normalizer},
+      {{"W / C * (169*C*C - 4) / (169*C*C - 4)", objective_kind::constant, fraction(2, 13)}, normalizer},
+      {{"W / B * (N - 777) / (N - 777)", objective_kind::sequence_sum_mean, rational(777)}, tokens},
+      {{"W / B * (B - 9) / (B - 9)", objective_kind::sequence_sum_mean, rational(9)}, sequences},
+  };
+  for (const auto& [c, value] : cases) {
+    CAPTURE(c.scale);
+    const proof_result result = prove_recipe(make(c.scale, reducer_kind::mean), c.objective);
+    CHECK(result.verdict == proof_verdict::divides_by_zero);
+    REQUIRE(result.counterexample);
+    CHECK(value(result.counterexample->where) == c.at);
+    CHECK_FALSE(result.counterexample->recipe_gradient.has_value());  // the replayed partition divides by zero
+  }
+  // Divisors that cannot vanish there are still proved.
+  CHECK(prove_recipe(make("W / C * (C + 1) / (C + 1)", reducer_kind::mean), objective_kind::constant).verdict ==
+        proof_verdict::proved);
+  CHECK(prove_recipe(make("W / B * (B + N) / (B + N)", reducer_kind::mean), objective_kind::sequence_sum_mean)
+            .verdict == proof_verdict::proved);
+}

@@ -1,17 +1,12 @@
-"""What every integration does the same way: keeping p out of an optimizer the framework built, and in
-the graph of every training step the probe does not judge."""
+"""What every integration does the same way: keeping p out of an optimizer the framework built."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-import torch
-from torch import nn
-
-from .._probe_install import route
 from ..probe import Probe, ProbeError
 
-__all__ = ["drop_from_optimizer", "route_outside_step"]
+__all__ = ["drop_from_optimizer"]
 
 
 def drop_from_optimizer(optimizer: Any, probe: Probe) -> int:
@@ -35,23 +30,3 @@ def drop_from_optimizer(optimizer: Any, probe: Probe) -> int:
         held += 1
         group["params"] = kept
     return held
-
-
-def route_outside_step(probe: Probe, active: Callable[[], bool]) -> Any:
-    """Routes p through the probed module's output in every training forward while ``active()`` is false.
-
-    Inside the judged step the probe's loss terms give p its gradient. In the framework's other steps
-    nothing does, and DistributedDataParallel (without ``find_unused_parameters``) then stops at the
-    next forward: a parameter it holds got no gradient. Multiplying the output by 1, as a function of
-    p with gradient exactly 0, keeps every value bit for bit and gives p a zero gradient that the
-    probe's next step discards. Returns the hook's handle (``.remove()``).
-    """
-    parameters = probe.probe_parameters()
-
-    def hook(module: nn.Module, inputs: Any, output: Any) -> Any:
-        if active() or not torch.is_grad_enabled():
-            return None
-        routed, found = route(output, parameters)
-        return routed if found else None
-
-    return probe.module.register_forward_hook(hook)

@@ -7,8 +7,8 @@
 What the callback does, hook by hook:
 
 - ``setup`` (before the strategy wraps the module in DistributedDataParallel): puts the probe p on the
-  LightningModule, or on the submodule named by ``module=``, and routes p through that module's output
-  in the steps it does not judge (gradient 0), so that DDP finds p's gradient on every step;
+  LightningModule, or on the submodule named by ``module=``; the probe routes p through that module's
+  output in every forward (gradient 0), so that DDP finds p's gradient on every step;
 - ``on_fit_start`` (the optimizers exist): takes p out of every optimizer ``configure_optimizers``
   built from ``self.parameters()``, so it is never updated and, since Lightning clips the parameters
   of its optimizers, never clipped;
@@ -31,7 +31,7 @@ from torch.optim import Optimizer
 
 from ..check import NormcheckFailure, Verdict
 from ..probe import Probe, ProbeError
-from ._shared import drop_from_optimizer, route_outside_step
+from ._shared import drop_from_optimizer
 
 __all__ = ["NormcheckCallback", "drop_from_optimizer"]
 
@@ -71,7 +71,6 @@ class NormcheckCallback(pl.Callback):
         self.dropped_from_optimizer = 0
         """How many parameter groups of the optimizers held p before the callback removed it."""
         self._active: Optional[contextlib.ExitStack] = None
-        self._routing: Any = None
 
     @property
     def judged(self) -> bool:
@@ -87,7 +86,6 @@ class NormcheckCallback(pl.Callback):
             self.probe = self.probe_factory(target)
         else:
             self.probe = Probe(target, **self.probe_options)
-        self._routing = route_outside_step(self.probe, lambda: self._active is not None)
 
     def _probe(self) -> Probe:
         if self.probe is None:

@@ -16,8 +16,8 @@ window, before any callback runs. What ``attach`` adds:
 - the probe takes p.grad at the moment the synchronizing reduction completes and sets it to None, so
   the Trainer's clipping (``max_grad_norm``) and the optimizer neither see nor change it;
 - at ``on_pre_optimizer_step`` the step is judged (``Probe.judge``, collective: every rank is there);
-- in the steps it does not judge, p is routed through the model's output with gradient 0, so that DDP
-  finds p's gradient on every step (it stops otherwise: a parameter it holds got none).
+- in every forward the probe routes p through the model's output with gradient 0, so that DDP finds
+  p's gradient on every step (it stops otherwise, or never all-reduces: a parameter it holds got none).
 
 The Trainer's ``LabelSmoother`` (``label_smoothing_factor > 0``) computes its loss with
 ``log_softmax`` and ``gather``, not ``cross_entropy``; during the judged step the callback measures it
@@ -35,7 +35,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from ..check import NormcheckFailure, Verdict
 from ..probe import Probe, ProbeError
-from ._shared import drop_from_optimizer, route_outside_step
+from ._shared import drop_from_optimizer
 
 __all__ = ["NormcheckCallback", "ProbedLabelSmoother", "attach", "drop_from_optimizer"]
 
@@ -120,7 +120,6 @@ class NormcheckCallback(TrainerCallback):
         """How many of the optimizer's parameter groups held p before the callback removed it."""
         self._active: Optional[contextlib.ExitStack] = None
         self._smoother: Any = None
-        self._routing: Any = route_outside_step(probe, lambda: self._active is not None)
 
     @property
     def judged(self) -> bool:

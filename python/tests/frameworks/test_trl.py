@@ -99,3 +99,64 @@ def test_grpo_loss_type_verdict(ranks: List[Dict[str, Any]], variant: str) -> No
         assert first["could_hide"] == [name], first["message"]
     else:
         assert name is not None and any(name in n for n in first["diagnosis"]), first["message"]
+
+
+# -- the probe changes nothing of an SFTTrainer step on TRL's defaults --------------------------------
+
+TEXTS = ["a b c d a", "b c", "d d a b c a b", "a", "c d a b", "b b b", "a c", "d a b c d"]
+
+
+def sft_unchanged_step(rank: int, world_size: int, probe: Any, folder: str) -> List[str]:
+    """An SFTTrainer step (gradient checkpointing and bf16 on, TRL's defaults) with and without the probe.
+
+    Its loss is the fused head's log_probs, which the probe may not capture: whatever the verdict, the
+    gradients the optimizer receives (and the update, where the step completes) must be the unprobed ones.
+    """
+    import torch
+    from datasets import Dataset
+
+    import invisible
+
+    transformers.logging.set_verbosity_error()
+    records = []
+    for probed in (False, True):
+        tokenizer = tiny_tokenizer()
+        args = trl.SFTConfig(output_dir=os.path.join(folder, f"sft-{probed}", str(rank)), per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, max_steps=1, use_cpu=True, report_to="none",
+                             save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, learning_rate=1e-2)
+        trainer = trl.SFTTrainer(model=small_llama(len(tokenizer)), args=args,
+                                 train_dataset=Dataset.from_dict({"text": TEXTS}), processing_class=tokenizer)
+        taken: Dict[str, Any] = {}
+
+        class Take(transformers.TrainerCallback):  # type: ignore[misc]
+            def on_pre_optimizer_step(self, *arguments: Any, **kwargs: Any) -> None:
+                taken.update(invisible.record([], trainer.model, None, kept.probe))
+
+        kept = Take()
+        kept.probe = None
+        trainer.add_callback(kept)  # before the probe's callback: the gradients before it judges
+        if probed:
+            kept.probe = attach_sft(trainer, probe)
+        try:
+            trainer.train()
+            taken["parameters"] = {n: q.detach().clone() for n, q in trainer.model.named_parameters()
+                                   if kept.probe is None or not kept.probe.is_probe(q)}
+        except Exception:  # a loss the probe does not see raises; the gradients are compared all the same
+            taken["parameters"] = None
+        records.append(taken)
+    if records[1]["parameters"] is None:
+        records[0]["parameters"] = None
+    return invisible.differences(records[0], records[1])
+
+
+def attach_sft(trainer: Any, probe: Any) -> Any:
+    """The transformers callback on an SFTTrainer; returns its probe."""
+    from normcheck.integrations.transformers import attach as attach_trainer
+
+    return attach_trainer(trainer, probe=probe(trainer.model), raise_on_failure=False).probe
+
+
+def test_an_sft_step_on_trl_defaults_is_unchanged_by_the_probe(tmp_path: Any) -> None:
+    for rank, found in enumerate(launch(sft_unchanged_step, 2, args=(str(tmp_path),), timeout=600,
+                                        directory=str(tmp_path / "dumps"))):
+        assert found == [], f"rank {rank}: " + "\n".join(found)
