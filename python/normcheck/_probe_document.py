@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from fractions import Fraction
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import dump
 from ._probe_record import Geometry, ProbeError, RankRecord
-from .options import Objective, Reducer
+from .options import Number, Objective, Reducer
 
 __all__ = ["document", "assemble", "unreduced", "restrict", "infer_reducer", "local_parts", "ROUNDOFF"]
-
-Number = Union[int, float, Fraction, str]
 
 ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 """Unit roundoff by dtype name, to pick the coarsest arithmetic the probe's gradient met."""

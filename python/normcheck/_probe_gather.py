@@ -22,10 +22,10 @@ from . import dump
 from ._probe_document import document
 from ._probe_record import Geometry, ProbeError, RankRecord
 from .check import NormcheckError, Verdict, run_check
-from .options import FloatDtype, Objective, Reducer
+from .options import FloatDtype, Number, Objective, Reducer
 
 if TYPE_CHECKING:
-    from .probe import Number, Probe
+    from .probe import Probe
 
 __all__ = ["rank_record", "gathered", "output_path", "dtype_name", "distributed"]
 
@@ -145,7 +145,7 @@ def output_path(directory: Optional[str], path: Optional[str]) -> str:
 
 
 def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler: Any, reducer: Optional[Reducer],
-             reduction_dtype: Optional[FloatDtype], objective: Optional[Objective], normalizer: Optional["Number"],
+             reduction_dtype: Optional[FloatDtype], objective: Optional[Objective], normalizer: Optional[Number],
              description: Optional[str], path: Optional[str], judge: bool) -> Union[Verdict, str, None]:
     """Collective: every rank's record to rank 0, the dump written there and, with ``judge``, its verdict to all."""
     if reducer not in (None, "mean", "sum"):

@@ -38,18 +38,16 @@ from ._probe_record import DividedBy, ProbeError
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import NormcheckFailure, Verdict
 from .collectives import record_collectives
-from .options import CAPTURE_MODES, OBJECTIVES, CaptureMode, FloatDtype, Objective, Reducer
+from .options import CAPTURE_MODES, OBJECTIVES, CaptureMode, FloatDtype, Number, Objective, Reducer
 from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas
 
 __all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
-           "own_bucket_dtype", "default_dtype", "DEFAULT_NAME", "Objective", "Reducer", "CaptureMode"]
+           "own_bucket_dtype", "default_dtype", "DEFAULT_NAME", "Objective", "Reducer", "CaptureMode", "FloatDtype",
+           "Number", "SitesOption"]
 __all__ += ["check_replicas", "ReplicaDivergence", "ReplicaSummary", "record_collectives"]
 
 DEFAULT_SLOTS = 64
 """Groups (microbatches and sequences) one rank may record in a step unless ``slots=`` says otherwise."""
-
-Number = Union[int, float, Fraction, str]
-
 
 # ---------------------------------------------------------------------------------------------------
 # Small public helpers
