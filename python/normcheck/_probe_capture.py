@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -28,8 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .options import FloatDtype, Reducer
+
 __all__ = ["has_function_mode", "loss_capture", "enclosing_ddp", "ddp_holds", "registered_hook", "known_hook",
-           "infer_reducer", "queue_after_backward", "is_distributed_tensor", "shard_span"]
+           "queue_after_backward", "is_distributed_tensor", "shard_span"]
 
 LossHandler = Callable[[str, Callable[..., torch.Tensor], Dict[str, Any]], torch.Tensor]
 """(which loss, the original function, its bound arguments) → the probed loss."""
@@ -288,23 +289,26 @@ def registered_hook(model: Any) -> Tuple[bool, Optional[str], Optional[Callable[
     return True, "unknown hook", None
 
 
-def known_hook(name: Optional[str], hook: Optional[Callable[..., Any]]) -> Tuple[Optional[str], Optional[str]]:
+def known_hook(name: Optional[str],
+               hook: Optional[Callable[..., Any]]) -> Tuple[Optional[Reducer], Optional[FloatDtype]]:
     """(reducer, reduction dtype) of a registered communication hook: (None, …) when the reducer is unknown."""
     try:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     except ImportError:  # pragma: no cover - every torch with DDP hooks has it
         default_hooks = None  # type: ignore[assignment]
     if hook is not None and default_hooks is not None:
-        for attribute, dtype in (("allreduce_hook", None), ("fp16_compress_hook", "float16"),
-                                 ("bf16_compress_hook", "bfloat16")):
+        hooks: Tuple[Tuple[str, Optional[FloatDtype]], ...] = (
+            ("allreduce_hook", None), ("fp16_compress_hook", "float16"), ("bf16_compress_hook", "bfloat16"))
+        for attribute, dtype in hooks:
             if hook is getattr(default_hooks, attribute, object()):
                 return "mean", dtype
         name = getattr(hook, "__qualname__", name)
     if name is None:
         return None, None
     if hook is None:  # only the name is known (torch 1.13 keeps no reference to the hook)
-        exact = {"allreduce_hook": ("mean", None), "fp16_compress_hook": ("mean", "float16"),
-                 "bf16_compress_hook": ("mean", "bfloat16")}
+        exact: Dict[str, Tuple[Optional[Reducer], Optional[FloatDtype]]] = {
+            "allreduce_hook": ("mean", None), "fp16_compress_hook": ("mean", "float16"),
+            "bf16_compress_hook": ("mean", "bfloat16")}
         if name in exact:
             return exact[name]
     if "fp16_compress_wrapper" in name:
@@ -314,37 +318,10 @@ def known_hook(name: Optional[str], hook: Optional[Callable[..., Any]]) -> Tuple
     return None, None
 
 
-def infer_reducer(local: Sequence[float], reduced: Sequence[float], world_size: int) -> Optional[str]:
-    """'mean' or 'sum': what the reducer did to each rank's own components (local → reduced), or None.
-
-    Each rank's groups live in components no other rank writes, so the reduced value of a rank's own
-    component is its local value divided by W under a mean and unchanged under a sum.
-    """
-    if world_size == 1:
-        return "mean"
-    total_local = math.fsum(abs(v) for v in local)
-    total_reduced = math.fsum(abs(v) for v in reduced)
-    if not (math.isfinite(total_local) and math.isfinite(total_reduced)) or total_local == 0:
-        return None
-    ratio = total_reduced / total_local
-    errors = {"mean": abs(ratio * world_size - 1), "sum": abs(ratio - 1)}
-    best = min(errors, key=errors.__getitem__)
-    return best if errors[best] < 0.05 else None
-
-
 def queue_after_backward(callback: Callable[[], None]) -> None:
     """Runs ``callback`` after every callback queued during the running backward (DDP's finalize too)."""
     engine = torch.autograd.Variable._execution_engine
     engine.queue_callback(lambda: engine.queue_callback(callback))
-
-
-def local_parts(values: Sequence[float], rank: int, slots: int, used: int, half: Optional[int]) -> List[float]:
-    """This rank's own components (primary, then witness) of a probe vector."""
-    start = rank * slots
-    own = list(values[start:start + used])
-    if half is not None:
-        own += list(values[half + start:half + start + used])
-    return own
 
 
 def is_distributed_tensor(value: Any) -> bool:

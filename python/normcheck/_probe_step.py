@@ -17,10 +17,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .errors import Error
+
 __all__ = ["StepError", "Layout", "Microbatch", "Components", "Keys", "layout", "layout_from_inputs", "sequence_keys"]
 
 
-class StepError(RuntimeError):
+class StepError(RuntimeError, Error):
     """A recording problem; the probe raises it as ProbeError."""
 
 

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .errors import Error
+
 __all__ = [
     "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "WeightRow", "WeightTable", "SiteVerdict",
     "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table", "suggest_for_counts",
@@ -29,11 +31,11 @@ TABLE_ROWS = 20
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class NormcheckError(RuntimeError):
+class NormcheckError(RuntimeError, Error):
     """The executable could not be found or run, or it printed something that is not its report."""
 
 
-class NormcheckFailure(AssertionError):
+class NormcheckFailure(AssertionError, Error):
     """A dump that does not pass the gate; the message is normcheck's diagnosis.
 
     ``verdicts`` holds every file's ``Verdict``; the properties read the first one that did not pass.

@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 from .check import NormcheckError, find_executable
+from .errors import Error
 
 __all__ = ["record_collectives", "CollectiveRecorder", "check_collectives", "CollectiveVerdict", "TracedCall",
            "CollectiveMismatch", "trace_files"]
@@ -464,7 +465,7 @@ class CollectiveVerdict:
             raise CollectiveMismatch(self.message, self)
 
 
-class CollectiveMismatch(AssertionError):
+class CollectiveMismatch(AssertionError, Error):
     """The ranks did not issue the same collectives; the message names the first call they disagree on."""
 
     def __init__(self, message: str, verdict: Optional[CollectiveVerdict] = None) -> None:

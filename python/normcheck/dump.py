@@ -24,6 +24,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from .options import DTYPES, OBJECTIVES, REDUCERS
+
 __all__ = [
     "FORMAT", "DTYPES", "REDUCERS", "OBJECTIVES", "Literal", "exact", "literal", "tokens", "group", "sequences",
     "site", "observed", "document", "render", "write", "write_atomically", "token_values", "rank_part",
@@ -31,9 +33,6 @@ __all__ = [
 ]
 
 FORMAT = "normcheck/1"
-DTYPES = ("float64", "float32", "bfloat16", "float16", "exact")
-REDUCERS = ("mean", "sum")
-OBJECTIVES = ("token_mean", "weighted_token_mean", "sequence_mean", "sequence_sum_mean", "constant")
 VERDICTS = ("pass", "fail", "inconclusive")
 
 Literal = Union[int, str]

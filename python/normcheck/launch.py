@@ -37,10 +37,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
+from .errors import Error
+
 __all__ = ["launch", "launch_result", "LaunchResult", "LaunchError", "ProbeFactory", "free_port", "exit_process"]
 
 
-class LaunchError(RuntimeError):
+class LaunchError(RuntimeError, Error):
     """A launch that did not complete: a rank raised, crashed, or passed the time limit."""
 
     def __init__(self, message: str, *, timed_out: bool = False, killed: Sequence[int] = (),
@@ -82,7 +84,7 @@ class ProbeFactory:
 
     def __call__(self, module: Any, **options: Any) -> Any:
         """A ``normcheck.torch.Probe`` on ``module`` that writes its dumps into this launch's folder."""
-        from .torch import Probe
+        from .probe import Probe
 
         options.setdefault("executable", self.executable)
         options.setdefault("directory", self.directory)

@@ -55,6 +55,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .errors import Error
+
 __all__ = ["check_replicas", "ReplicaDivergence", "ReplicaReadError", "ReplicaSummary", "CategoryCount", "CATEGORIES"]
 
 CATEGORIES: Tuple[str, ...] = ("rng", "scheduler", "param_groups", "buffers", "gradients", "optimizer_state",
@@ -117,7 +119,7 @@ class ReplicaSummary:
         return text
 
 
-class ReplicaDivergence(AssertionError):
+class ReplicaDivergence(AssertionError, Error):
     """The ranks' states differ; raised on every rank, the message names the first difference."""
 
     def __init__(self, message: str, *, path: str = "", category: str = "", ranks: Sequence[int] = (),
@@ -147,7 +149,7 @@ class ReplicaDivergence(AssertionError):
                                       self.index, self.values, self.dtype, self.shape, self.others))
 
 
-class ReplicaReadError(RuntimeError):
+class ReplicaReadError(RuntimeError, Error):
     """Some rank could not read its state; raised on every rank at once, naming each such rank's failure."""
 
     def __init__(self, failures: Mapping[int, str], ranks: Sequence[int]) -> None:

@@ -17,6 +17,7 @@ from torch import nn  # noqa: E402
 import tiny_lm  # noqa: E402
 from normcheck import _probe_capture as capture  # noqa: E402
 from normcheck import torch as probing  # noqa: E402
+from normcheck._probe_install import route  # noqa: E402
 from normcheck.torch import Probe, ProbeError  # noqa: E402
 
 CLASSES = 5
@@ -407,7 +408,7 @@ def test_the_route_is_an_exact_identity_with_a_zero_gradient():
     plain = Odd()(x)["values"]
     model = Odd()
     probe = Probe(model)
-    routed, found = probing._route(model(x), probe.probe_parameters())
+    routed, found = route(model(x), probe.probe_parameters())
     assert found and routed["ids"].dtype == torch.int64 and same_bits(routed["values"], plain)
     assert routed["values"].grad_fn is not None
     routed["values"].sum().backward()
@@ -423,7 +424,7 @@ def test_the_route_check_catches_the_naive_factor():
 
 
 def test_an_output_without_a_floating_tensor_has_no_route():
-    routed, found = probing._route({"ids": torch.arange(3)}, [nn.Parameter(torch.zeros(3))])
+    routed, found = route({"ids": torch.arange(3)}, [nn.Parameter(torch.zeros(3))])
     assert not found and routed["ids"].grad_fn is None
 
 
@@ -431,9 +432,9 @@ def test_named_tuples_and_lists_keep_their_type():
     import collections
 
     Pair = collections.namedtuple("Pair", "ids logits")
-    routed, found = probing._route(Pair(torch.arange(2), torch.ones(2)), [nn.Parameter(torch.zeros(3))])
+    routed, found = route(Pair(torch.arange(2), torch.ones(2)), [nn.Parameter(torch.zeros(3))])
     assert found and isinstance(routed, Pair) and routed.logits.grad_fn is not None
-    routed, found = probing._route([torch.arange(2), [torch.ones(2)]], [nn.Parameter(torch.zeros(3))])
+    routed, found = route([torch.arange(2), [torch.ones(2)]], [nn.Parameter(torch.zeros(3))])
     assert found and isinstance(routed, list) and routed[1][0].grad_fn is not None
 
 
@@ -461,17 +462,7 @@ def test_the_observed_dtype_is_the_coarsest_arithmetic_the_gradient_met(tmp_path
 
 
 # ---------------------------------------------------------------------------------------------------
-# The reducer and the reduction dtype
-
-def test_the_reducer_is_inferred_from_each_rank_s_own_components():
-    assert capture.infer_reducer([-1.0, -2.0, -4.0], [-0.5, -1.0, -2.0], 2) == "mean"
-    assert capture.infer_reducer([-1.0, -2.0], [-1.0, -2.0], 2) == "sum"
-    assert capture.infer_reducer([-1.0, -2.0], [-0.5009765625, -1.0], 2) == "mean"  # float16 rounding
-    assert capture.infer_reducer([-1.0, -2.0], [-7.0, -1.0], 2) is None
-    assert capture.infer_reducer([0.0, 0.0], [0.0, 0.0], 2) is None
-    assert capture.infer_reducer([float("nan"), 1.0], [float("nan"), 1.0], 2) is None
-    assert capture.infer_reducer([-4.0], [-4.0], 1) == "mean"
-
+# The reduction dtype (the reducer's inference is in test_probe_document.py)
 
 def test_torch_default_hooks_are_known_by_identity_and_by_name():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

@@ -178,16 +178,16 @@ def test_the_law_catches_a_probe_whose_term_depends_on_an_activation():
 
 def unrouted_step(rank, world_size, probe):
     """The probe as it was: nothing routes p inside the judged step, so a loss it does not see leaves p out."""
-    import normcheck.torch as probing
+    import normcheck.probe as probing
 
     settings = (None, False, False, "children", False, False)
     unprobed = one_step(settings, False, probe, rank, world_size)
-    route = probing._route
-    probing._route = lambda value, parameters: (value, False)
+    route = probing.route
+    probing.route = lambda value, parameters: (value, False)
     try:
         probed = one_step(settings, True, probe, rank, world_size)
     finally:
-        probing._route = route
+        probing.route = route
     return invisible.differences(unprobed, probed)
 
 

@@ -1,4 +1,4 @@
-"""Reading a sharded p: where a rank's shard of a DTensor lies, and rank 0 putting the shards together.
+"""Reading a sharded p: where a rank's shard of a DTensor lies (test_probe_document.py puts shards together).
 
 FSDP2 itself runs in tests/frameworks (test_fsdp.py, torch 2.13); here the arithmetic is pinned on
 stand-ins with a DTensor's attributes, on both torches, including the shapes two ranks do not reach:
@@ -130,52 +130,7 @@ def test_plain_tensors_are_not_distributed():
     assert capture.is_distributed_tensor(FakeDTensor(torch.zeros(4), [2], [0], [Shard()]))
 
 
-# -- putting the shards together on rank 0 ------------------------------------------------------------
-
-def probe_for_two(slots=2):
-    model = torch.nn.Linear(2, 2)
-    return Probe(model, slots=slots, sites=None, world_size=2, rank=0, witness=False)
-
-
-def part(vector, span):
-    return {"vectors": {"": list(vector)}, "spans": {"": span} if span is not None else {}}
-
-
-def test_each_rank_sees_its_own_shard_and_the_others_elsewhere():
-    probe = probe_for_two()  # 2 slots × 2 ranks = 4 components
-    parts = [part([1, 2, 0, 0], (0, 2)), part([0, 0, 3, 4], (2, 4))]
-    probe._assemble(parts)
-    assert [p["vectors"][""] for p in parts] == [[1, 2, 3, 4], [1, 2, 3, 4]]
-
-
-def test_replicas_keep_their_own_values_so_the_gate_sees_a_disagreement():
-    probe = probe_for_two()
-    parts = [part([1, 2, 3, 4], (0, 4)), part([1, 2, 3, 5], (0, 4))]
-    probe._assemble(parts)
-    assert parts[0]["vectors"][""] == [1, 2, 3, 4]
-    assert parts[1]["vectors"][""] == [1, 2, 3, 5]  # not overwritten by rank 0's copy
-
-
-def test_a_component_no_shard_holds_is_an_error_not_a_zero():
-    probe = probe_for_two()
-    parts = [part([1, 2, 0, 0], (0, 2)), part([0, 0, 0, 0], (2, 3))]
-    with pytest.raises(ProbeError, match="1 components of p's gradient \\(from 3\\) are on no rank's shard"):
-        probe._assemble(parts)
-
-
-def test_sharded_on_some_ranks_only_is_an_error():
-    probe = probe_for_two()
-    parts = [part([1, 2, 0, 0], (0, 2)), {"vectors": {"": [1, 2, 3, 4]}, "spans": None}]
-    with pytest.raises(ProbeError, match="sharded by FSDP on some ranks and not on others"):
-        probe._assemble(parts)
-
-
-def test_unsharded_parts_are_left_alone():
-    probe = probe_for_two()
-    parts = [{"vectors": {"": [1, 2, 3, 4]}, "spans": None}, {"vectors": {"": [1, 2, 3, 4.5]}, "spans": None}]
-    probe._assemble(parts)
-    assert parts[1]["vectors"][""] == [1, 2, 3, 4.5]
-
+# -- the forward's copy of p ---------------------------------------------------------------------------
 
 def test_without_fsdp_the_forward_copies_nothing():
     # The probe follows p only where something replaced it in the module: a plain model's losses use p.

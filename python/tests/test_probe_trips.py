@@ -115,17 +115,17 @@ def judged_after_unjudged(rank, make_probe, broken):
     counts = probe_loops.Counts(probe_loops.window("uneven", 2, 2))
 
     def steps():
-        import normcheck.torch as probing
+        import normcheck.probe as probing
 
-        route = probing._route
+        route = probing.route
         if broken:  # what the probe did before: nothing routed p outside probe.step()
-            probing._route = lambda value, parameters: (value, False)
+            probing.route = lambda value, parameters: (value, False)
         for tokens, labels in probe_loops.Step(ddp, probe, counts, rank, torch.float32).batches:  # not judged
             logits = ddp(tokens)
             F.cross_entropy(logits[:, :-1].reshape(-1, tiny_lm.VOCAB), labels[:, 1:].reshape(-1)).backward()
         optimizer.step()
         optimizer.zero_grad()
-        probing._route = route
+        probing.route = route
         with probe.step(wrap=False):
             step_of(ddp, probe, rank)
         return probe.check(ddp).verdict

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""`mypy --strict` over the package: every module clean, except those still pending, which must not be.
+"""mypy over the package with the project's configuration: every module clean, except those still pending.
 
-    mypy_strict.py --package python/normcheck --cache-dir DIR [--pending FILE...]
+    mypy_strict.py --package python/normcheck --config-file pyproject.toml --cache-dir DIR [--pending FILE...]
+                   [--search-path DIR]
 
-Runs mypy under this interpreter. A module with an error fails the test unless it is named by
+Runs mypy under this interpreter with the configuration file's settings (pyproject.toml's [tool.mypy]
+says strict), so that the test checks what a plain ``mypy`` in the checkout checks. A module with an error fails the test unless it is named by
 --pending; a pending module without errors fails it too (it is clean now: take it off the list, in
 tests/python/CMakeLists.txt), so the list only shrinks. A mypy that could not run fails.
 Exit status 0 or 1. Standard library only (mypy itself excepted).
@@ -21,14 +23,19 @@ ERROR = re.compile(r"^(?P<file>[^:\n]+\.py):(?P<line>[0-9]+): error: ", re.M)
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--package", required=True)
+    parser.add_argument("--config-file", required=True)
     parser.add_argument("--cache-dir", required=True)
     parser.add_argument("--pending", nargs="*", default=[], help="modules not yet strict-clean")
+    parser.add_argument("--search-path", help="where the package's imports are found (MYPYPATH)")
     options = parser.parse_args()
     package = os.path.abspath(options.package)
-    command = [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir", options.cache_dir,
-               package]
+    command = [sys.executable, "-m", "mypy", "--config-file", os.path.abspath(options.config_file),
+               "--no-error-summary", "--cache-dir", options.cache_dir, package]
     print("$ " + " ".join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    environment = dict(os.environ)
+    if options.search_path:
+        environment["MYPYPATH"] = os.path.abspath(options.search_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
     if done.returncode not in (0, 1) or (done.returncode == 1 and not ERROR.search(done.stdout)):
         print(f"FAILED: mypy exited with {done.returncode}\n{done.stdout}\n{done.stderr}")
         return 1
@@ -59,7 +66,7 @@ def main():
         print(done.stdout)
         print("FAILED: " + "; ".join(failures))
         return 1
-    print(f"mypy --strict: {len(modules) - len(pending)} modules clean, {len(pending)} pending")
+    print(f"mypy: {len(modules) - len(pending)} modules clean, {len(pending)} pending")
     return 0
 
 

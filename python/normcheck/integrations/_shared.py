@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..torch import Probe, ProbeError
+from ..probe import Probe, ProbeError
 
 __all__ = ["drop_from_optimizer"]
 

@@ -30,7 +30,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ..check import NormcheckFailure, Verdict
-from ..torch import Probe, ProbeError
+from ..probe import Probe, ProbeError
 from ._shared import drop_from_optimizer
 
 __all__ = ["NormcheckCallback", "drop_from_optimizer"]

@@ -34,7 +34,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..check import NormcheckFailure, Verdict
-from ..torch import Probe, ProbeError
+from ..probe import Probe, ProbeError
 from ._shared import drop_from_optimizer
 
 __all__ = ["NormcheckCallback", "ProbedLabelSmoother", "attach", "drop_from_optimizer"]

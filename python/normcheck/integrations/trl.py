@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
-from ..torch import Probe, ProbeError
+from ..probe import Probe, ProbeError
 from . import transformers as hf
 
 __all__ = ["MEASURABLE", "NormcheckCallback", "ProbedPolicyLoss", "attach", "declared_objective"]

@@ -1,0 +1,86 @@
+"""What the ranks exchange when the probe judges a step: each rank's record, and the layout of p.
+
+A rank's ``RankRecord`` is built by ``_probe_gather`` and sent to rank 0, which makes the normcheck/1
+document from all of them (``_probe_document``). Records are frozen and hold plain Python values only
+(numbers, strings, tuples), so that they pickle between processes and a test can build them by hand.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Tuple, Union
+
+from .errors import Error
+from .options import FloatDtype, Reducer
+
+__all__ = ["ProbeError", "Geometry", "RankRecord", "WireNumber", "DividedBy"]
+
+WireNumber = Union[int, str]
+"""An exact number as normcheck/1 writes it (``dump.literal``)."""
+DividedBy = Union[WireNumber, Tuple[WireNumber, ...]]
+"""What a rank divided its loss sum by: one number, or one per microbatch."""
+
+
+class ProbeError(RuntimeError, Error):
+    """The probe was used in a way that makes p.grad mean something else than the step's weights."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where p's components are: ``slots`` per rank for ``world_size`` ranks, as many again for the witness."""
+
+    slots: int
+    world_size: int
+    witness: bool
+    sites: Tuple[str, ...] = ()
+    """The submodules with a probe parameter of their own, in order (p itself is the site ``""``)."""
+
+    @property
+    def components(self) -> int:
+        """The length of every probe vector."""
+        return self.slots * self.world_size * (2 if self.witness else 1)
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """One rank's part of a judged step; with ``error`` set, what went wrong there and nothing else."""
+
+    rank: int
+    error: Optional[str] = None
+    notes: Tuple[str, ...] = ()
+    """Sentences for the verdict (rank 0's are shown)."""
+    microbatches: Tuple[Tuple[Any, Any], ...] = ()
+    """Each microbatch as the document writes it, and its weights or None (``Microbatch.written()``)."""
+    weighted: bool = False
+    sequences: Tuple[bool, ...] = ()
+    """Whether each microbatch's groups are its sequences."""
+    valid: Tuple[int, ...] = ()
+    """Valid tokens of each microbatch."""
+    used: int = 0
+    """The slots (groups) this rank recorded."""
+    vectors: Mapping[str, Tuple[float, ...]] = field(default_factory=dict)
+    """The captured gradient of each site's probe parameter, whole, divided by the loss scale."""
+    spans: Optional[Mapping[str, Tuple[int, int]]] = None
+    """Under FSDP2: the components [start, end) of each site's gradient this rank's shard held."""
+    local: Optional[Tuple[float, ...]] = None
+    """p's gradient before any reduction, where it is kept (to infer an unknown hook's reducer)."""
+    dtype: FloatDtype = "float64"
+    """p's dtype."""
+    loss_dtypes: Tuple[FloatDtype, ...] = ()
+    divided_by: Optional[DividedBy] = None
+    ddp: bool = False
+    """A DistributedDataParallel ran the module."""
+    ddp_forward: bool = False
+    """A forward of this step ran inside DistributedDataParallel."""
+    reduced: bool = False
+    """A synchronizing backward was seen."""
+    hook: Optional[str] = None
+    """The name of DDP's communication hook, where there is one."""
+    hook_reducer: Optional[Reducer] = None
+    hook_dtype: Optional[FloatDtype] = None
+    reducer: Optional[Reducer] = None
+    """The reducer ``check()`` was given."""
+    reduction_dtype: Optional[FloatDtype] = None
+    """The reduction dtype ``check()`` was given."""

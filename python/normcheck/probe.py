@@ -1,0 +1,685 @@
+"""The probe: measure what weight a real PyTorch training step gives every part of the update.
+
+``Probe(model)`` registers on the model, before DistributedDataParallel wraps it, a parameter p = 0
+with a fixed number of components: ``slots`` per rank for W ranks, and as many again for the witness.
+Every group the step's loss sees on a rank (a microbatch, or each of its sequences) gets its own pair
+of components k (primary) and k_w (witness), and each valid token's loss gains the term
+p[k]·(−1) + p[k_w]·(−j), j the token's ordinal in its group. At p = 0 nothing in the step changes;
+because the terms are linear in p, p.grad[k] after the synchronizing backward is minus the sum of the
+weights the step gave group k's tokens, carried through its divisions, accumulation, DDP's reducer and
+any communication hook. ``check`` gathers every rank's groups and p.grad into a per-group normcheck/1
+document and lets ``normcheck check`` compare the weight table with the declared objective's. Under
+FSDP2 (``fully_shard`` after the probe), the losses use the gathered p of each forward and rank 0 puts
+the ranks' shards of p.grad together.
+
+Two ways in: ``probe.add(per_token_loss, labels)`` where the step computes per-token losses itself,
+and ``with probe.step():``, which captures ``cross_entropy`` and ``nll_loss`` for the duration of the
+step (through a TorchFunctionMode on torch 2, by replacing the functions on torch 1.13), so that a
+loss computed inside an unmodified model is probed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from fractions import Fraction
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import _probe_capture as capture
+from . import _probe_gather as gather
+from . import dump
+from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, install, keep_out_of_checkpoints,
+                             own_bucket_dtype, register_inputs_hook, route)
+from ._probe_record import DividedBy, ProbeError
+from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
+from .check import NormcheckFailure, Verdict
+from .collectives import record_collectives
+from .options import CAPTURE_MODES, OBJECTIVES, CaptureMode, FloatDtype, Number, Objective, Reducer
+from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas
+
+__all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
+           "own_bucket_dtype", "default_dtype", "DEFAULT_NAME", "Objective", "Reducer", "CaptureMode", "FloatDtype",
+           "Number", "SitesOption"]
+__all__ += ["check_replicas", "ReplicaDivergence", "ReplicaSummary", "record_collectives"]
+
+DEFAULT_SLOTS = 64
+"""Groups (microbatches and sequences) one rank may record in a step unless ``slots=`` says otherwise."""
+
+# ---------------------------------------------------------------------------------------------------
+# Small public helpers
+
+_primes: List[int] = [2]
+
+
+def _prime(k: int) -> int:
+    candidate = _primes[-1]
+    while len(_primes) <= k:
+        candidate += 1
+        if all(candidate % p for p in _primes if p * p <= candidate):
+            _primes.append(candidate)
+    return _primes[k]
+
+
+def default_value(rank: int, microbatch: int) -> int:
+    """A distinct positive value per (rank, microbatch): the k-th prime, k the Cantor pairing of the two.
+
+    Distinct small exact constants for hand-written scalar dumps; the per-group probe itself measures
+    with the value 1 and needs none.
+    """
+    if rank < 0 or microbatch < 0:
+        raise ValueError("rank and microbatch are non-negative")
+    k = (rank + microbatch) * (rank + microbatch + 1) // 2 + microbatch
+    return _prime(k)
+
+
+def count_valid(labels: torch.Tensor, ignore_index: int = -100) -> int:
+    """The number of valid tokens in ``labels`` (those not equal to ``ignore_index``)."""
+    return int((labels != ignore_index).sum().item())
+
+
+def gather_counts(local_counts: Sequence[int]) -> List[List[int]]:
+    """Collective: every rank's per-microbatch valid-token counts, in rank order."""
+    mine = [int(n) for n in local_counts]
+    if not (dist.is_available() and dist.is_initialized()):
+        return [mine]
+    everyone: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return [list(counts) for counts in everyone]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The probe
+
+class Probe:
+    """The probe parameter p on one module (and, for sites, on its submodules): attach before DDP."""
+
+    def __init__(self, module: nn.Module, *, slots: int = DEFAULT_SLOTS, sites: SitesOption = "children",
+                 objective: Objective = "token_mean", normalizer: Optional[Number] = None, witness: bool = True,
+                 sequences: bool = True, capture: CaptureMode = "reduction", world_size: Optional[int] = None,
+                 rank: Optional[int] = None,
+                 dtype: Optional[torch.dtype] = None, name: str = DEFAULT_NAME, executable: Optional[str] = None,
+                 directory: Optional[str] = None, description: Optional[str] = None) -> None:
+        """Registers p on ``module`` as ``name`` (and on every site) and hooks it up.
+
+        ``slots``: the groups (microbatches and sequences) one rank may record per step; p has
+        slots × W components, twice that with the ``witness``. ``sites``: the submodules that get a
+        probe parameter of their own (``"children"``, the default: each direct child that owns
+        parameters; a list of submodule names; ``None`` for none). ``objective``: what the step claims
+        to compute (``OBJECTIVES``; ``"constant"`` with ``normalizer``), also settable per check.
+        ``sequences=False`` treats every microbatch as one group whatever its shape. ``capture``: when
+        the probe's gradient is final: ``"reduction"`` (default), right after the synchronizing
+        backward, so that nothing done to gradients afterwards (clipping, unscaling, the optimizer)
+        changes what is judged; ``"step"``, when ``probe.step()`` ends (or before clipping in it), for a
+        step that divides the reduced gradients by hand as part of its normalization. ``world_size`` and
+        ``rank``: by default the process group's. ``dtype``: float32 or float64; by default
+        ``default_dtype(module, world_size)``: the model's own on two ranks (p shares its bucket, bit for
+        bit harmless there), else the one no parameter has (a bucket of its own).
+        ``executable``: the normcheck executable (else ``$NORMCHECK``, else PATH); ``directory``: where
+        rank 0 writes the dumps (else ``$NORMCHECK_PROBE_DIR``, else a new temporary folder);
+        ``description``: a line written into every dump.
+        """
+        if world_size is None:
+            world_size = dist.get_world_size() if gather.distributed() else 1
+        if dtype is None:
+            dtype = default_dtype(module, world_size)
+        if dtype not in (torch.float32, torch.float64):
+            raise ProbeError(f"p is float32 or float64, not {dtype}: its gradient is the observed value")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ProbeError(f"slots is a positive number of groups per rank, not {slots!r}")
+        self._check_objective(objective, normalizer)
+        if capture not in CAPTURE_MODES:
+            raise ProbeError(f"capture is 'reduction' or 'step', not {capture!r}")
+        if rank is None:
+            rank = dist.get_rank() if gather.distributed() else 0
+        if not 0 <= rank < world_size:
+            raise ProbeError(f"rank {rank} is not in a world of {world_size}")
+        self.module = module
+        self.name = name
+        self.slots = slots
+        self.world_size = world_size
+        self.rank = rank
+        self.witness = witness
+        self.sequences_enabled = sequences
+        self.capture_mode = capture
+        self.objective = objective
+        self.normalizer = normalizer
+        self.executable = executable
+        self.directory = directory
+        self.description = description
+        self.components = slots * world_size * (2 if witness else 1)
+        self._holders: List[Holder] = install(module, sites, name, self.components, dtype)
+        self.parameter = self._holders[0].parameter
+        """p on the probed module itself (its components are laid out as the class docstring says)."""
+        self._handles: List[Any] = keep_out_of_checkpoints(self._holders, name)
+        self._handles.append(register_inputs_hook(module, self._before_forward_kwargs))
+        for holder in self._holders:
+            self._handles.append(holder.module.register_forward_pre_hook(self._follower(holder)))
+        self._handles.append(module.register_forward_hook(self._after_forward))
+        self._handles.append(self.parameter.register_hook(self._on_gradient))  # type: ignore[no-untyped-call]
+        self._active = False
+        self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
+        self._sharded = False  # FSDP2 has replaced p by a DTensor shard (seen at a forward)
+        self._keep_local = True
+        self._reset()
+
+    # -- construction helpers ---------------------------------------------------------------------
+
+    @staticmethod
+    def _check_objective(objective: str, normalizer: Optional[Number]) -> None:
+        if objective not in OBJECTIVES:
+            raise ProbeError(f"objective is one of {', '.join(OBJECTIVES)}, not {objective!r}")
+        if objective == "constant" and normalizer is None:
+            raise ProbeError("objective='constant' needs normalizer=C, the constant the token sum is divided by")
+        if objective != "constant" and normalizer is not None:
+            raise ProbeError(f"normalizer= belongs to objective='constant', not {objective!r}")
+        if isinstance(normalizer, (int, float, Fraction)) and not isinstance(normalizer, bool) and not normalizer > 0:
+            raise ProbeError(f"the normalizer must be a positive number, not {normalizer!r}")
+
+    # -- the probe's parameters -------------------------------------------------------------------
+
+    @property
+    def sites(self) -> Dict[str, nn.Parameter]:
+        """The site parameters by submodule name (empty without sites)."""
+        return {h.site: h.parameter for h in self._holders if h.site}
+
+    def probe_parameters(self) -> List[nn.Parameter]:
+        """p and every site's parameter."""
+        return [h.parameter for h in self._holders]
+
+    def is_probe(self, parameter: Any) -> bool:
+        """True when ``parameter`` is p or a site's probe parameter (or what ``fully_shard`` put in their place)."""
+        return any(parameter is h.parameter or parameter is h.current() for h in self._holders)
+
+    def named_model_parameters(self, module: Optional[nn.Module] = None) -> Iterator[Tuple[str, nn.Parameter]]:
+        """``module.named_parameters()`` without the probe's (default: the module the probe is attached to)."""
+        for name, parameter in (module if module is not None else self.module).named_parameters():
+            if not self.is_probe(parameter):
+                yield name, parameter
+
+    def model_parameters(self, module: Optional[nn.Module] = None) -> Iterator[nn.Parameter]:
+        """``module.parameters()`` without the probe's: give these to the optimizer and to gradient clipping."""
+        for _, parameter in self.named_model_parameters(module):
+            yield parameter
+
+    def check_optimizer(self, optimizer: Any) -> None:
+        """Raises ``ProbeError`` when a probe parameter is in one of the optimizer's parameter groups."""
+        for group in getattr(optimizer, "param_groups", []):
+            if any(self.is_probe(parameter) for parameter in group.get("params", [])):
+                raise ProbeError(f"p reached the optimizer {type(optimizer).__name__}: build it from "
+                                 "probe.model_parameters(model), so that p is never updated")
+
+    def remove(self) -> None:
+        """Detaches the probe: removes p, the site parameters and every hook from the module."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        for holder in self._holders:
+            if getattr(holder.module, self.name, None) is holder.parameter:
+                delattr(holder.module, self.name)
+
+    # -- one step ---------------------------------------------------------------------------------
+
+    def _reset(self, keep_declared: bool = False) -> None:
+        """Forgets the step's record (a ``sequences()`` declaration survives the start of a step)."""
+        if not keep_declared:
+            self._declared: Optional[Layout] = None
+        self._probed: Dict[int, Any] = {}
+        self._microbatches: List[Microbatch] = []
+        self._marked = False
+        self._allocator = Components(self.slots, self.rank, self.world_size)
+        self._local: Optional[torch.Tensor] = None  # this rank's own gradient of p, summed over its backwards
+        self._captured: Dict[str, torch.Tensor] = {}
+        self._spans: Dict[str, Tuple[int, int]] = {}  # under FSDP2: the components of each site this rank holds
+        self._captures: List[str] = []
+        self._reduced = False
+        self._sync_forward = False
+        self._ddp_forward = False
+        self._unheld: Optional[str] = None
+        self._queued = False
+        self._pending = False  # a backward reached p since the last capture
+        self._loss_dtypes: Set[torch.dtype] = set()
+        self._divided_by: Optional[DividedBy] = None
+        self._inputs: Optional[Tuple[Sequence[Any], Dict[str, Any]]] = None
+        self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
+        self._seen = capture.seen()
+        for holder in self._holders:
+            holder.current().grad = None
+
+    def _before_forward_kwargs(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if torch.is_grad_enabled():
+            self._inputs = (tuple(args), dict(kwargs))
+            self._inputs_layout = False
+
+    def _follower(self, holder: Holder) -> Callable[[nn.Module, Any], None]:
+        """A pre-forward hook: under FSDP2, copies the gathered p for the losses of this forward.
+
+        FSDP's own pre-forward hook runs first (it is prepended) and puts the gathered parameter in
+        the module; without FSDP the module holds p itself and nothing is copied.
+        """
+        def follow(module: nn.Module, inputs: Any) -> None:
+            current = module._parameters.get(self.name)
+            if current is None or current is holder.parameter or not torch.is_grad_enabled():
+                return
+            if capture.is_distributed_tensor(current) or tuple(current.shape) != (self.components,):
+                return  # not gathered: a loss term on the stale p reaches nothing, which the check reports
+            holder.live = current.clone()
+            if holder is self._holders[0]:
+                holder.live.register_hook(self._on_gradient)  # type: ignore[no-untyped-call]
+            self._sharded = True
+
+        return follow
+
+    def _after_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return None
+        ddp = capture.enclosing_ddp(module)
+        if ddp is not None:
+            self._ddp_forward = True
+            if self._ddp is None or self._ddp() is not ddp:  # a DDP seen for the first time: what it holds and does
+                if not capture.ddp_holds(ddp, self.probe_parameters()):
+                    raise ProbeError("DistributedDataParallel does not hold p: the probe was attached after DDP "
+                                     "wrapped the model, so DDP never reduces p's gradient. Construct Probe(model) "
+                                     "before DistributedDataParallel(model)")
+                has_hook, hook_name, hook = capture.registered_hook(ddp)
+                # The local gradient is kept only to infer an unknown hook's reducer.
+                self._keep_local = has_hook and capture.known_hook(hook_name, hook)[0] is None
+                self._ddp = weakref.ref(ddp)
+            if ddp.require_backward_grad_sync:
+                self._sync_forward = True
+        # Every forward, judged or not, routes p through the output with a gradient of exactly 0: a reducer that
+        # waits for every parameter it holds (DDP without find_unused_parameters, the Trainer's choice under
+        # gradient checkpointing) would otherwise never all-reduce the bucket holding p, and so leave the model's
+        # gradients unreduced, after any backward that no loss term of the probe reaches.
+        routed, found = route(output, [holder.source() for holder in self._holders])
+        if not found and ddp is not None and getattr(ddp, "find_unused_parameters", False):
+            raise ProbeError(f"{type(module).__name__}'s output holds no floating tensor to route p through: "
+                             "DDP with find_unused_parameters would not see p used by the forward pass")
+        return routed if found else None
+
+    def _on_gradient(self, grad: torch.Tensor) -> None:
+        if self._keep_local:
+            local = grad.detach().to(device="cpu", dtype=torch.float64)
+            self._local = local.clone() if self._local is None else self._local.add_(local)
+        self._pending = True
+        if not self._queued:
+            self._queued = True
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(self._end_of_backward)
+
+    def _end_of_backward(self) -> None:
+        """First callback: p.grad as the backward's accumulation left it, before any reducer's finalize."""
+        self._queued = False
+        grad = self.parameter.grad
+        mark = (id(grad), grad._version) if grad is not None else None
+        engine = torch.autograd.Variable._execution_engine
+        engine.queue_callback(lambda: self._after_reduction(mark))
+
+    def _after_reduction(self, mark: Optional[Tuple[int, int]]) -> None:
+        """Second callback, after DDP's finalize: capture when this backward synchronized the gradients."""
+        grad = self.parameter.grad
+        if grad is None or type(grad) is not torch.Tensor:
+            return
+        written = mark is not None and (id(grad), grad._version) != mark
+        if not (self._sync_forward or written):
+            return
+        self._sync_forward = False
+        self._reduced = True
+        if self.capture_mode == "reduction":
+            self._capture("the synchronizing backward")
+
+    def _capture(self, when: str) -> None:
+        stored = False
+        for holder in self._holders:
+            parameter = holder.current()
+            grad = parameter.grad
+            if grad is None:
+                continue
+            if capture.is_distributed_tensor(grad):  # this rank's shard: rank 0 puts the shards together
+                try:
+                    offset, shard = capture.shard_span(grad)
+                except ValueError as e:
+                    raise ProbeError(str(e)) from None
+                value = torch.zeros(self.components, dtype=torch.float64)
+                value[offset:offset + shard.numel()] = shard
+                self._spans[holder.site] = (offset, offset + shard.numel())
+            else:
+                value = grad.detach().to(device="cpu", dtype=torch.float64, copy=True)
+            previous = self._captured.get(holder.site)
+            self._captured[holder.site] = value if previous is None else previous + value
+            # None, not zeros: clipping skips it (a zero float64 gradient among float32 ones would still
+            # change the dtype, and so the bits, of the total norm), and an optimizer leaves p alone.
+            parameter.grad = None
+            stored = True
+        self._pending = False
+        if stored:
+            self._captures.append(when)
+
+    def capture(self) -> None:
+        """Stores the probe's gradients now as the step's, and zeroes them.
+
+        The probe does this itself after a synchronizing DDP backward, when ``probe.step()`` ends and
+        before clipping inside the step; call it where the reduction ends somewhere the probe cannot
+        see (gradients all-reduced by hand, for instance) and before anything else touches gradients.
+        """
+        self._capture("probe.capture()")
+
+    def gradients(self) -> Dict[str, torch.Tensor]:
+        """The probe's gradients captured so far this step (float64, on the CPU), by site; ``""`` is p itself.
+
+        Each is the whole vector: component ``rank·slots + k`` is this rank's k-th group, the witness
+        components follow at ``W·slots``. Empty before the first capture.
+        """
+        return {site: value.clone() for site, value in self._captured.items()}
+
+    @property
+    def captures(self) -> Tuple[str, ...]:
+        """When the gradients were captured this step ('the synchronizing backward', 'the end of probe.step()', …)."""
+        return tuple(self._captures)
+
+    def microbatch(self) -> None:
+        """Marks the start of a microbatch: every loss until the next mark belongs to it.
+
+        Without marks, each wrapped call (or ``add``) is one microbatch. Once marked, every loss of the
+        step must come after a mark.
+        """
+        if self._microbatches and not self._marked:
+            raise ProbeError("probe.microbatch() came after losses of the step: mark every microbatch, "
+                             "from the first, or none")
+        self._marked = True
+        self._microbatches.append(Microbatch())
+
+    def sequences(self, *, sequence_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
+                  cu_seqlens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None) -> None:
+        """Declares the sequences of the losses that follow (until the next call, or ``clear_sequences``).
+
+        One source: ``sequence_ids`` (a sequence key per position, −1 for none), ``cu_seqlens``
+        (cumulative sequence lengths over the flattened batch), ``position_ids`` (packed sequences
+        restart at 0) or ``labels`` (each row of a (B, T) batch is a sequence). It describes the batch
+        the model is given; a loss's targets are matched to it position by position, with or without
+        the label shift. Without a declaration the probe reads the same from the model's inputs.
+        """
+        try:
+            self._declared = layout(sequence_ids=sequence_ids, position_ids=position_ids, cu_seqlens=cu_seqlens,
+                                    labels=labels)
+        except StepError as e:
+            raise ProbeError(str(e)) from None
+
+    def clear_sequences(self) -> None:
+        """Forgets a ``sequences()`` declaration: sequences come from the model's inputs again."""
+        self._declared = None
+
+    def divided_by(self, value: Union[int, float, Fraction, Sequence[Union[int, float, Fraction]]]) -> None:
+        """Tells the probe what this rank divided its loss sum by (N, or one number per microbatch).
+
+        Written to ``observed.tokens.divided_by`` only when every rank tells it; never guessed.
+        """
+        if isinstance(value, (list, tuple)):
+            self._divided_by = tuple(dump.literal(v) for v in value)
+        else:
+            self._divided_by = dump.literal(value)
+
+    # -- recording a loss -------------------------------------------------------------------------
+
+    def _keys(self, target: torch.Tensor, explicit: Optional[torch.Tensor]) -> Tuple[Keys, str]:
+        """Where the targets' sequences are (None: the microbatch is one group) and where that came from."""
+        count = int(target.numel())
+        if explicit is not None:
+            if tuple(explicit.shape) != tuple(target.shape):
+                raise ProbeError(f"sequence_ids of shape {tuple(explicit.shape)} for labels of shape "
+                                 f"{tuple(target.shape)}")
+            return explicit.reshape(-1), "sequence_ids"
+        if not self.sequences_enabled:
+            return None, "none"
+        if self._declared is not None:
+            keys = self._declared.for_targets(count)
+            if keys is None:
+                raise ProbeError(f"the sequences declared from {self._declared.source} describe a batch of shape "
+                                 f"{self._declared.shape}; the loss has {count} targets, neither one per position "
+                                 "nor one per position but the last of each row")
+            return keys, self._declared.source
+        if self._inputs is not None:
+            if self._inputs_layout is False:  # read once per forward
+                try:
+                    self._inputs_layout = layout_from_inputs(*self._inputs)
+                except StepError as e:
+                    raise ProbeError(str(e)) from None
+            found = self._inputs_layout
+            if isinstance(found, Layout):
+                keys = found.for_targets(count)
+                if keys is not None:
+                    return keys, found.source
+        if target.dim() == 2:
+            return (int(target.shape[0]), int(target.shape[1])), "the rows of the labels"
+        return None, "none"
+
+    def _record(self, valid: torch.Tensor, weights: Optional[torch.Tensor], target: torch.Tensor,
+                explicit: Optional[torch.Tensor], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+        """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record)."""
+        if not self._marked:
+            self._microbatches.append(Microbatch())
+        elif not self._microbatches:
+            raise ProbeError("a loss came before the first probe.microbatch() mark")
+        batch = self._microbatches[-1]
+        weighted = weights is not None
+        if batch.weighted is not None and batch.weighted != weighted:
+            raise ProbeError("one microbatch mixed losses with and without weights")
+        batch.weighted = weighted
+        keys, source = self._keys(target, explicit)
+        device = self.parameter.device
+        flat_valid = valid.reshape(-1)
+        if flat_valid.device != device:
+            flat_valid = flat_valid.to(device)
+        flat_weights = weights.reshape(-1).to(device=device, dtype=torch.float64) if weights is not None else None
+        witnessed = self.witness and not weighted
+        try:
+            components, magnitudes = self._allocator.record(batch, flat_valid, keys, flat_weights, self._marked,
+                                                            witnessed)
+        except StepError as e:
+            raise ProbeError(str(e)) from None
+        batch.source = source
+        self._loss_dtypes.add(dtype)
+        return components, magnitudes, witnessed
+
+    def _vector(self) -> torch.Tensor:
+        """p plus every site's parameter, in float64: every token's term uses them all."""
+        first = self._holders[0].source()
+        vector = first if first.dtype == torch.float64 else first.to(torch.float64)
+        # Additions, not stack(...).sum(0): the latter's backward hands every parameter a view of one buffer,
+        # which AccumulateGrad may keep as each one's .grad, so that later accumulations add up twice.
+        for holder in self._holders[1:]:
+            vector = vector + holder.source()
+        return vector
+
+    def _per_position(self, components: torch.Tensor, magnitudes: torch.Tensor, witnessed: bool) -> torch.Tensor:
+        """The probe term of each target position (float64, −0 everywhere)."""
+        term = self._vector().index_select(0, components) * magnitudes
+        if witnessed:
+            term = term.view(2, -1).sum(0)
+        return term.neg()
+
+    def _summed(self, components: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
+        """The probe term summed over the call's positions (float64, −0): −p·A, A the magnitudes per component."""
+        totals = torch.bincount(components, weights=magnitudes, minlength=self.components)
+        return torch.dot(self._vector(), totals).neg()
+
+    def add(self, per_token_loss: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
+            weights: Optional[torch.Tensor] = None, sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The per-token loss with the probe term added on every valid token (label ≠ ignore_index).
+
+        ``per_token_loss`` is shaped like ``labels`` (as ``cross_entropy(..., reduction='none')`` gives
+        it); padding gets no term. ``weights`` (shaped like ``labels``) are the per-token weights the
+        step's objective uses, if any (the dump is then a weighted one). ``sequence_ids`` (shaped like
+        ``labels``) names each token's sequence; otherwise sequences come from ``sequences()``, the
+        model's inputs or the rows of 2-D labels. Normalize the result exactly as the step normalizes
+        its loss.
+        """
+        earlier = self._probed.get(id(per_token_loss))
+        if earlier is not None and earlier() is per_token_loss:
+            raise ProbeError("this loss already carries the probe term: it came from the cross_entropy that "
+                             "probe.step() captures; with probe.add, use probe.step(wrap=False)")
+        if per_token_loss.shape != labels.shape:
+            raise ProbeError(f"per-token loss of shape {tuple(per_token_loss.shape)} for labels of shape "
+                             f"{tuple(labels.shape)}: add() takes the loss before any reduction")
+        if not torch.is_grad_enabled():
+            return per_token_loss
+        valid = labels != ignore_index
+        token_weights = None
+        if weights is not None:
+            token_weights = torch.where(valid, weights.to(torch.float64), torch.zeros((), dtype=torch.float64,
+                                                                                       device=weights.device))
+        components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
+                                                         per_token_loss.dtype)
+        term = self._per_position(components, magnitudes, witnessed)
+        return per_token_loss + term.to(device=per_token_loss.device, dtype=per_token_loss.dtype).view(per_token_loss.shape)
+
+    def _loss(self, name: str, original: Callable[..., torch.Tensor], arguments: Dict[str, Any]) -> torch.Tensor:
+        """A captured cross_entropy or nll_loss: torch's value, plus the probe term reduced as torch reduces."""
+        loss = original(**arguments)
+        if not torch.is_grad_enabled():
+            return loss
+        reduction = arguments["reduction"]
+        size_average, reduce = arguments.get("size_average"), arguments.get("reduce")
+        if size_average is not None or reduce is not None:  # the legacy arguments, as torch maps them
+            if reduce is False:
+                reduction = "none"
+            else:
+                reduction = "sum" if size_average is False else "mean"
+        target = arguments["target"]
+        if target.is_floating_point():
+            raise ProbeError(f"{name} with class-probability targets: the probe needs class indices "
+                             "(use probe.add on a per-token loss instead)")
+        ignore_index = arguments["ignore_index"]
+        weight = arguments.get("weight")
+        valid = target != ignore_index
+        token_weights = None
+        if weight is not None:
+            safe = torch.where(valid, target, torch.zeros_like(target))
+            token_weights = torch.where(valid, weight.to(torch.float64)[safe],
+                                        torch.zeros((), dtype=torch.float64, device=weight.device))
+        if reduction not in ("none", "sum", "mean"):
+            raise ProbeError(f"unknown reduction {reduction!r}")
+        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype)
+        if reduction == "none":
+            term = self._per_position(components, magnitudes, witnessed)
+            probed = loss + term.to(device=loss.device, dtype=loss.dtype).view(loss.shape)
+            self._probed[id(probed)] = weakref.ref(probed)
+            return probed
+        if reduction == "mean":
+            # torch's mean: the sum over the number of non-ignored targets, or over their class weights. Divided
+            # position by position, so that a mean over no target (0/0) is NaN in this call's components only.
+            denominator = token_weights.sum() if token_weights is not None else valid.sum()
+            magnitudes = magnitudes / denominator.to(device=magnitudes.device, dtype=torch.float64)
+        total = self._summed(components, magnitudes)
+        return loss + total.to(device=loss.device, dtype=loss.dtype)
+
+    # -- the step ---------------------------------------------------------------------------------
+
+    def _guard_clipping(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+            listed = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            if self._pending and any(self.is_probe(t) for t in listed):
+                self._capture("gradient clipping")  # the gradients are final once they are clipped
+            return original(listed, *args, **kwargs)
+
+        return guarded
+
+    @contextlib.contextmanager
+    def step(self, wrap: bool = True) -> Iterator["Probe"]:
+        """Context manager for one step: captures cross_entropy and nll_loss, then the probe's gradient.
+
+        ``wrap=False`` leaves the losses alone, for a step that calls ``probe.add`` itself.
+
+        Inside it, ``torch.nn.functional.cross_entropy`` and ``nll_loss`` (and ``nn.CrossEntropyLoss``,
+        ``nn.NLLLoss``) keep the caller's reduction, ignore_index, weight and label_smoothing and gain
+        the probe term on valid tokens, reduced as torch reduces. Each call is one microbatch unless
+        ``microbatch()`` marks them. The probe's gradient is stored and zeroed after the synchronizing
+        backward, before clipping inside the step, or when the step ends, whichever comes first.
+        """
+        if self._active:
+            raise ProbeError("probe.step() is already active")
+        self._reset(keep_declared=True)
+        clip_module = torch.nn.utils.clip_grad
+        originals = {name: getattr(clip_module, name) for name in ("clip_grad_norm_", "clip_grad_value_")}
+        for name, original in originals.items():
+            guarded = self._guard_clipping(original)
+            setattr(clip_module, name, guarded)
+            if getattr(torch.nn.utils, name, None) is original:
+                setattr(torch.nn.utils, name, guarded)
+        self._active = True
+        try:
+            with (capture.loss_capture(self._loss, self._seen, self.module) if wrap else contextlib.nullcontext()):
+                yield self
+            if self._pending:
+                self._capture("the end of probe.step()")
+        finally:
+            for name, original in originals.items():
+                if getattr(torch.nn.utils, name, None) is not original:
+                    setattr(torch.nn.utils, name, original)
+                setattr(clip_module, name, original)
+            self._active = False
+
+    # -- judging ----------------------------------------------------------------------------------
+
+    def _no_loss_message(self) -> str:
+        text = ("the probe saw no loss this step: compute it inside `with probe.step():` with "
+                "torch.nn.functional.cross_entropy or nll_loss (or nn.CrossEntropyLoss), or pass per-token "
+                "losses through probe.add(...)")
+        if self._seen.log_softmax:
+            text += (f". The step called log_softmax {self._seen.log_softmax} time(s) without cross_entropy or "
+                     "nll_loss, as a hand-written loss or transformers' LabelSmoother (label_smoothing_factor > 0) "
+                     "does: for the probed step use cross_entropy(..., label_smoothing=ε), which is the same "
+                     "loss, or add the per-token losses with probe.add")
+        return text
+
+    def dump(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
+             reducer: Optional[Reducer] = None, reduction_dtype: Optional[FloatDtype] = None,
+             objective: Optional[Objective] = None, normalizer: Optional[Number] = None,
+             description: Optional[str] = None, path: Optional[str] = None) -> Optional[str]:
+        """Collective: gathers every rank's part and writes the per-group dump on rank 0, without judging it.
+
+        Returns the dump's path on rank 0 and None elsewhere; the options are ``judge``'s. The step's
+        record is cleared afterwards, as by ``judge``.
+        """
+        outcome = gather.gathered(self, model, optimizer, scaler, reducer, reduction_dtype, objective, normalizer,
+                                  description, path, judge=False)
+        assert outcome is None or isinstance(outcome, str)
+        return outcome
+
+    def judge(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
+              reducer: Optional[Reducer] = None, reduction_dtype: Optional[FloatDtype] = None,
+              objective: Optional[Objective] = None, normalizer: Optional[Number] = None,
+              description: Optional[str] = None, path: Optional[str] = None) -> Verdict:
+        """Collective: gathers every rank's part, writes the dump on rank 0, runs normcheck, returns its verdict.
+
+        Call it on every rank once the step's gradient is final: after the synchronizing backward,
+        and, since the probe keeps its own copy of p.grad, just as well after clipping or after
+        ``optimizer.step()``. ``model``: the DDP-wrapped model (by default the one the probe saw run
+        the module), whose communication hook names the reducer and the reduction's dtype (torch's
+        allreduce_hook, fp16_compress_hook and bf16_compress_hook are known); for another hook, or
+        without DDP, the reducer is inferred by comparing each rank's local gradient of p with the
+        reduced one. ``reducer`` and ``reduction_dtype`` override both. ``objective`` and
+        ``normalizer`` override the probe's for this step. ``optimizer`` (one or a list) is checked to
+        hold no probe parameter; ``scaler``, a GradScaler whose scale p.grad still carries (before its
+        ``update()``). Misuse raises ``ProbeError`` on every rank; an executable that cannot run
+        raises ``NormcheckError``.
+        """
+        outcome = gather.gathered(self, model, optimizer, scaler, reducer, reduction_dtype, objective, normalizer,
+                                  description, path, judge=True)
+        assert isinstance(outcome, Verdict)
+        return outcome
+
+    def check(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
+              reducer: Optional[Reducer] = None, reduction_dtype: Optional[FloatDtype] = None,
+              objective: Optional[Objective] = None, normalizer: Optional[Number] = None,
+              description: Optional[str] = None, path: Optional[str] = None) -> Verdict:
+        """``judge``, raising ``NormcheckFailure`` (an AssertionError holding the diagnosis) unless it passes."""
+        verdict = self.judge(model, optimizer=optimizer, scaler=scaler, reducer=reducer,
+                             reduction_dtype=reduction_dtype, objective=objective, normalizer=normalizer,
+                             description=description, path=path)
+        if not verdict.passed:
+            raise NormcheckFailure(verdict.message, [verdict])
+        return verdict
