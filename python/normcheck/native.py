@@ -3,7 +3,8 @@
 ``pip install .`` of the repository builds the extension ``normcheck._core`` (nanobind) beside the
 executable; it links the same library the executable does and returns the same normcheck-report/1
 JSON that ``normcheck check --json`` prints, read into the same ``Verdict``. Used from a checkout
-(``PYTHONPATH=python``) the package has no extension: ``available()`` is False and the functions raise
+(``PYTHONPATH=python``), or installed by a Python without its development headers (Debian's python3
+without python3-dev), the package has no extension: ``available()`` is False and the functions raise
 ``NormcheckError`` saying how to get one; ``normcheck.check.run_check`` runs the executable instead.
 """
 
@@ -37,9 +38,10 @@ def available() -> bool:
 def _core() -> Any:
     extension = _extension()
     if extension is None:
-        raise NormcheckError("this normcheck package has no native extension (normcheck._core): it is built by "
-                             "`pip install .` of the repository; from a checkout, use normcheck.check.run_check, "
-                             "which runs the executable")
+        raise NormcheckError("this normcheck package has no native extension (normcheck._core): `pip install .` "
+                             "of the repository builds it where the Python has its development headers (Debian: "
+                             "apt-get install python3-dev, then reinstall); without it, normcheck.check.run_check "
+                             "runs the executable")
     if extension.version != __version__:
         raise NormcheckError(f"the extension normcheck._core is version {extension.version}, the package "
                              f"{__version__}: reinstall the package")
