@@ -18,7 +18,10 @@ Run by the virtual environment of .ci/setup --tests (it has torch, pytest and th
 4. build an sdist from the read-only copy, check what it holds, unpack it into DIR/sdist/tree as pip
    would, and do 2 and 3 again from there (building in DIR/sdist/build: with ccache installed, the
    same relative paths make this second build reuse the first's objects);
-5. the copy is unchanged: the same files, sizes, modes and times, and `git status --porcelain --ignored`
+5. build the sdist once more as a Python without development headers would (CMake looks for them in an
+   empty folder): the build says in one line that it skips normcheck._core, and 3 holds with
+   normcheck.native absent and naming python3-dev;
+6. the copy is unchanged: the same files, sizes, modes and times, and `git status --porcelain --ignored`
    empty (root ignores the missing write bits, so the listing is what proves nothing was written).
 
 A fresh environment sees the running environment's packages (torch, pytest) through a .pth file, so that
@@ -166,9 +169,25 @@ for report in executable[:40]:
 print(f"native: {compared} reports equal to the executable's; statuses {statuses}")
 """
 
+NO_NATIVE = """
+import glob, os, sys
+import normcheck, normcheck.native
+from normcheck.check import NormcheckError
+assert not normcheck.native.available(), "a build without headers holds an extension"
+assert not glob.glob(os.path.join(os.path.dirname(normcheck.__file__), "_core*")), "an extension file was installed"
+try:
+    normcheck.native.check(sys.argv[1])
+except NormcheckError as e:
+    assert "python3-dev" in str(e) and "run_check" in str(e), str(e)
+else:
+    sys.exit("normcheck.native.check ran without an extension")
+print("native: absent, and normcheck.native says python3-dev builds it")
+"""
 
-def check_installed(venv_python, checkout, work, label):
-    """The installed package in venv_python: version, executable, torch, a passing and a failing check."""
+
+def check_installed(venv_python, checkout, work, label, native=True):
+    """The installed package in venv_python: version, executable, torch, a passing and a failing check, and
+    its extension (``native``) or the error that names what building one needs."""
     bin_folder = os.path.dirname(venv_python)
     # $NORMCHECK names something that is not normcheck: the package must not take it.
     environment = clean_environment(NORMCHECK="/nonexistent/normcheck")
@@ -195,7 +214,8 @@ def check_installed(venv_python, checkout, work, label):
     print(output, end="", flush=True)
     if "pass: " not in output or not re.search(r"^fail: fail .*local_mean", output, re.M):
         raise Failure(f"{label}: the bundled cases were not judged as expected:\n{output}")
-    output = run([venv_python, "-c", NATIVE, os.path.join(checkout, "cases")], env=environment, cwd=work)
+    output = run([venv_python, "-c", NATIVE if native else NO_NATIVE, os.path.join(checkout, "cases")],
+                 env=environment, cwd=work)
     print(f"{label}: {output.strip()}", flush=True)
     # The project's own tests beside the installed package, the environment's bin/ first on PATH as when
     # it is activated: its entry point registers the plugin, the checkout's conftest must not register it a
@@ -296,10 +316,10 @@ def main():
     os.symlink(real_cmake(work), os.path.join(tools, "cmake"))
     pip_environment["PATH"] = os.pathsep.join([tools, pip_environment["PATH"]])
 
-    def install(python, tree):
-        build = os.path.join(os.path.dirname(tree), "build")
-        run([python, "-m", "pip", "install", "--quiet", "--config-settings", f"build-dir={build}", tree], env=pip_environment,
-            cwd=work)
+    def install(python, tree, build="build", *options):
+        build = os.path.join(os.path.dirname(tree), build)
+        return run([python, "-m", "pip", "install", *(options or ["--quiet"]), "--config-settings", f"build-dir={build}",
+                    tree], env=pip_environment, cwd=work)
 
     try:
         # 2 and 3: from the checkout.
@@ -329,11 +349,23 @@ def main():
         python = fresh_venv(os.path.join(unpacked, "venv"))
         install(python, tree)
         check_installed(python, checkout, work, "sdist")
+
+        # 5: the sdist again, built as by a Python without development headers (they are looked for in an
+        # empty folder): the executable and the package install, the extension is skipped saying so.
+        python = fresh_venv(os.path.join(unpacked, "venv-headerless"))
+        no_headers = os.path.join(work, "no-headers")
+        os.makedirs(no_headers)
+        log = install(python, tree, "build-headerless", "-v", "--config-settings",
+                      f"cmake.define.NORMCHECK_PYTHON_HEADERS={no_headers}")
+        skipped = [line for line in log.splitlines() if "not building the extension normcheck._core" in line]
+        if len(skipped) != 1 or "python3-dev" not in skipped[0]:
+            raise Failure(f"a build without headers did not say once that it skips the extension: {skipped}")
+        check_installed(python, checkout, work, "headerless", native=False)
     finally:
         after, status_after = snapshot(checkout), git_status(checkout)
         make_writable(checkout)
 
-    # 5: nothing written into the checkout.
+    # 6: nothing written into the checkout.
     problem = written(before, after, status_after)
     if problem:
         raise Failure(f"installing wrote into the read-only checkout: {problem}")
