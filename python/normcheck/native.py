@@ -3,7 +3,8 @@
 ``pip install .`` of the repository builds the extension ``normcheck._core`` (nanobind) beside the
 executable; it links the same library the executable does and returns the same normcheck-report/1
 JSON that ``normcheck check --json`` prints, read into the same ``Verdict``. Used from a checkout
-(``PYTHONPATH=python``) the package has no extension: ``available()`` is False and the functions raise
+(``PYTHONPATH=python``), or installed by a Python without its development headers (Debian's python3
+without python3-dev), the package has no extension: ``available()`` is False and the functions raise
 ``NormcheckError`` saying how to get one; ``normcheck.check.run_check`` runs the executable instead.
 """
 
