@@ -74,7 +74,7 @@ candidate_set candidates_of(const partition& update, dtype type) {
     set.mistakes.push_back({e.name, *value, e.bound});
     set.is_strategy.push_back(strategy_from_name(e.name).has_value());
   }
-  if (declared_objective(update.objective)) add_table_candidates(update, type, set);
+  add_table_candidates(update, type, set);
   return set;
 }
 
