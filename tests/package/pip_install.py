@@ -46,8 +46,9 @@ class Failure(Exception):
     pass
 
 
-def run(command, **options):
-    """Runs a command, printing it; its output is returned, and a non-zero exit is a failure."""
+def run(command, with_stderr=False, **options):
+    """Runs a command, printing it; its output (and standard error, if asked) is returned, and a non-zero exit
+    is a failure."""
     print("$ " + " ".join(map(str, command)), flush=True)
     try:
         done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=STEP_TIMEOUT,
@@ -57,7 +58,7 @@ def run(command, **options):
     if done.returncode != 0:
         raise Failure(f"{' '.join(map(str, command))} exited with {done.returncode}\n{done.stdout[-6000:]}\n"
                       f"{done.stderr[-6000:]}")
-    return done.stdout
+    return done.stdout + done.stderr if with_stderr else done.stdout
 
 
 def tracked_files(source):
@@ -174,7 +175,8 @@ import glob, os, sys
 import normcheck, normcheck.native
 from normcheck.check import NormcheckError
 assert not normcheck.native.available(), "a build without headers holds an extension"
-assert not glob.glob(os.path.join(os.path.dirname(normcheck.__file__), "_core*")), "an extension file was installed"
+extensions = [f for f in glob.glob(os.path.join(os.path.dirname(normcheck.__file__), "_core*")) if not f.endswith(".pyi")]
+assert not extensions, ("an extension file was installed", extensions)
 try:
     normcheck.native.check(sys.argv[1])
 except NormcheckError as e:
@@ -319,7 +321,7 @@ def main():
     def install(python, tree, build="build", *options):
         build = os.path.join(os.path.dirname(tree), build)
         return run([python, "-m", "pip", "install", *(options or ["--quiet"]), "--config-settings", f"build-dir={build}",
-                    tree], env=pip_environment, cwd=work)
+                    tree], with_stderr=True, env=pip_environment, cwd=work)
 
     try:
         # 2 and 3: from the checkout.
