@@ -88,6 +88,11 @@ void print_text(std::ostream& out, const file_report& report) {
   print_lines(out, report.failures);
 }
 
+void print_text_line(std::ostream& out, const file_report& report) {
+  if (report.rejection && report.status == file_status::error) out << "ERROR " << printable(describe(*report.rejection), true) << "\n";
+  else out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file) << "\n";
+}
+
 void print_summary(std::ostream& out, const run_summary& summary) {
   const std::size_t total = summary.passed + summary.failed + summary.errors;
   out << total << (total == 1 ? " file: " : " files: ") << summary.passed << " passed, " << summary.failed

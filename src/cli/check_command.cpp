@@ -19,6 +19,7 @@ namespace {
 struct check_command_options {
   std::vector<std::string> paths;
   bool json = false;
+  bool verbose = false;
   std::string junit;
   std::string output;
   check_options checking;
@@ -42,7 +43,10 @@ outcome run_check(const check_command_options& options) {
   refuse_output_over_inputs("--junit", options.junit, inputs);
   const std::vector<file_report> reports =
       check_paths(inputs, options.checking, options.jobs, [&](const file_report& report) {
-        if (!options.json) print_text(std::cout, report);
+        if (options.json) return;
+        // Many files: a pass is one line and what failed is shown whole, so the failures are what one reads.
+        if (inputs.size() > 1 && !options.verbose && report.status == file_status::pass) print_text_line(std::cout, report);
+        else print_text(std::cout, report);
       });
   const run_summary summary = summarize(reports);
   if (options.json) std::cout << json_report(reports);
@@ -63,6 +67,8 @@ void add_check_command(CLI::App& app, action& run) {
       app.add_subcommand("check", "Check normcheck/1 partition files (a directory: its *.json, recursively, sorted)");
   check->add_option("paths", options->paths, "Partition files or directories")->required();
   check->add_flag("--json", options->json, "Print one JSON document instead of the text report");
+  check->add_flag("--verbose,-v", options->verbose,
+                  "Print every file's whole report (otherwise, with more than one file, a passing file is one line)");
   check->add_option("--junit", options->junit, "Also write a JUnit XML report to this file (one test case per file)")
       ->check(output_path());
   check->add_flag("--require-gate", options->checking.require_gate,

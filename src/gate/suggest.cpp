@@ -40,10 +40,14 @@ bool declared_objective(objective_kind objective) {
 
 // The computations the per-group gate knows beyond the scalar gate's mistakes (code written for another
 // objective, the diagnosed normalizations), each as the value its weights give the update and its bound: the
-// error factor times Σ_g |c_g|·(m_g·|θ| + Σw·|y|).
-void add_table_candidates(const partition& update, dtype type, candidate_set& set) {
+// error factor times Σ_g |c_g|·(m_g·|θ| + Σw·|y|). The weights depend on the counts, not on the targets: a
+// search over targets on fixed counts passes them once computed (`table`).
+void add_table_candidates(const partition& update, dtype type, candidate_set& set,
+                          const std::vector<weight_candidate>* table) {
   const std::optional<rational> factor = error_factor(update, type, std::nullopt);
-  for (weight_candidate& c : weight_candidates(update)) {
+  std::vector<weight_candidate> computed;
+  if (!table) computed = weight_candidates(update);
+  for (const weight_candidate& c : table ? *table : computed) {
     const bool named = std::any_of(set.mistakes.begin(), set.mistakes.end(),
                                    [&](const named_value& m) { return m.name == c.name; });
     if (named) continue;
@@ -61,12 +65,13 @@ void add_table_candidates(const partition& update, dtype type, candidate_set& se
         }
     std::optional<rational> bound;
     if (factor) bound = *factor * magnitude.value();
-    set.mistakes.push_back({std::move(c.name), value.value(), std::move(bound)});
+    set.mistakes.push_back({c.name, value.value(), std::move(bound)});
     set.is_strategy.push_back(false);
   }
 }
 
-candidate_set candidates_of(const partition& update, dtype type) {
+candidate_set candidates_of(const partition& update, dtype type,
+                            const std::vector<weight_candidate>* table = nullptr) {
   candidate_set set{{"the objective", *gradient(update, strategy::global_mean), objective_bound(update, type)}, {}, {}};
   for (const explanation& e : known_mistakes(update, type)) {
     const rational* value = std::get_if<rational>(&e.value);
@@ -74,7 +79,7 @@ candidate_set candidates_of(const partition& update, dtype type) {
     set.mistakes.push_back({e.name, *value, e.bound});
     set.is_strategy.push_back(strategy_from_name(e.name).has_value());
   }
-  add_table_candidates(update, type, set);
+  add_table_candidates(update, type, set, table);
   return set;
 }
 
@@ -247,14 +252,15 @@ void structural_coincidences(const update_counts& counts, suggestion& s) {
 // Whether a mistake that is not a strategy equals the objective on every unit sum: the exact test, one
 // evaluation of every candidate per microbatch, for the rare candidate that agreed with the objective on
 // every target tried.
-bool equals_objective_everywhere(const update_counts& counts, const std::string& name) {
+bool equals_objective_everywhere(const update_counts& counts, const std::string& name,
+                                 const std::vector<weight_candidate>& table) {
   std::vector<std::vector<rational>> values;
   for (const std::vector<std::uint64_t>& rank : counts) values.emplace_back(rank.size(), rational(0));
   for (std::size_t r = 0; r < counts.size(); ++r)
     for (std::size_t m = 0; m < counts[r].size(); ++m) {
       if (counts[r][m] == 0) continue;
       values[r][m] = rational(1) / counts[r][m];
-      const candidate_set set = candidates_of(with_values(counts, values), dtype::exact);
+      const candidate_set set = candidates_of(with_values(counts, values), dtype::exact, &table);
       values[r][m] = 0;
       const auto found = std::find_if(set.mistakes.begin(), set.mistakes.end(),
                                       [&](const named_value& mistake) { return mistake.name == name; });
@@ -417,6 +423,9 @@ suggestion suggest_for_counts(const update_counts& counts, dtype type) {
   std::vector<std::vector<rational>> best_values;
   bool have_best = false;
   std::vector<std::string> told_apart;  // mistakes that are not strategies, seen to differ from the objective
+  std::vector<std::vector<rational>> zeros;
+  for (const std::vector<std::uint64_t>& rank : counts) zeros.emplace_back(rank.size(), rational(0));
+  const std::vector<weight_candidate> table = weight_candidates(with_values(counts, zeros));
   for (int attempt = 0; attempt < attempts; ++attempt) {
     std::vector<std::vector<rational>> values;
     for (const std::vector<std::uint64_t>& rank : counts) {
@@ -426,7 +435,7 @@ suggestion suggest_for_counts(const update_counts& counts, dtype type) {
         row.emplace_back(random.below(2) == 0 ? magnitude : -magnitude);
       }
     }
-    const candidate_set set = candidates_of(with_values(counts, values), type);
+    const candidate_set set = candidates_of(with_values(counts, values), type, &table);
     for (std::size_t i = 0; i < set.mistakes.size(); ++i)
       if (!set.is_strategy[i] && set.mistakes[i].value != set.objective.value &&
           std::find(told_apart.begin(), told_apart.end(), set.mistakes[i].name) == told_apart.end())
@@ -445,10 +454,10 @@ suggestion suggest_for_counts(const update_counts& counts, dtype type) {
   }
   // A mistake that is not a strategy and equalled the objective on every try is decided exactly.
   bool more_inseparable = false;
-  for (const named_value& mistake : candidates_of(with_values(counts, best_values), dtype::exact).mistakes)
+  for (const named_value& mistake : candidates_of(with_values(counts, best_values), dtype::exact, &table).mistakes)
     if (!strategy_from_name(mistake.name) &&
         std::find(told_apart.begin(), told_apart.end(), mistake.name) == told_apart.end() &&
-        equals_objective_everywhere(counts, mistake.name)) {
+        equals_objective_everywhere(counts, mistake.name, table)) {
       best.inseparable.push_back(mistake.name);
       more_inseparable = true;
     }

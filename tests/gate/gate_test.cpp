@@ -274,7 +274,8 @@ TEST_CASE("divided_by names a rank that divided by its own count or its microbat
 TEST_CASE("suggest for counts keeps the counts and finds what they cannot separate") {
   SUBCASE("equal rank counts hide local_mean whatever the targets") {
     const suggestion s = suggest_for_counts({{4}, {4}}, dtype::float32);
-    CHECK(s.inseparable == std::vector<std::string>{"local_mean"});
+    // One microbatch a rank: the sum of microbatch means is the local mean.
+    CHECK(s.inseparable == std::vector<std::string>{"local_mean", "sum_of_microbatch_means"});
     const partition update = to_partition(s.tokens);
     CHECK(update.ranks[0].valid_tokens() == 4);
     CHECK(update.ranks[1].valid_tokens() == 4);

@@ -1,11 +1,13 @@
 // suggest --counts decides which mistakes coincide with the objective (and which wrong strategies with each
 // other) whatever the targets, in one pass over the microbatches. Checked here against the definition, the
-// slow way: every candidate the gate knows evaluated on each unit sum (one microbatch's targets summing to
+// slow way: every candidate the gate knows (the scalar gate's mistakes and the per-group gate's diagnosed
+// normalizations) evaluated on each unit sum (one microbatch's targets summing to
 // 1, every other 0), the candidates' values compared on all of them.
 
 #include "normcheck/core/gradients.hpp"
 #include "normcheck/gate/gate.hpp"
 #include "normcheck/gate/suggest.hpp"
+#include "normcheck/gate/weights.hpp"
 
 #include <doctest/doctest.h>
 
@@ -46,11 +48,27 @@ coincidences by_definition(const update_counts& counts) {
       if (counts[r][m] == 0) continue;
       const partition update = with_unit_sum(counts, r, m);
       objective.push_back(*gradient(update, strategy::global_mean));
+      std::vector<std::string> scalar;
       for (const explanation& e : known_mistakes(update, dtype::exact)) {
+        scalar.push_back(e.name);
         const rational* value = std::get_if<rational>(&e.value);
         if (!value) continue;
         if (!profiles.count(e.name)) order.push_back(e.name);
         profiles[e.name].push_back(*value);
+      }
+      // The per-group gate's diagnosed normalizations: each group's weight times its derivative sum.
+      for (const weight_candidate& c : weight_candidates(update)) {
+        if (std::find(scalar.begin(), scalar.end(), c.name) != scalar.end()) continue;
+        rational value(0);
+        std::size_t g = 0;
+        for (const rank_stats& rank : update.ranks)
+          for (const microbatch_stats& microbatch : rank.microbatches)
+            for (std::size_t i = 0; i < microbatch.group_count(); ++i, ++g) {
+              const group_stats& group = microbatch.group(i);
+              value += c.weights[g] * (update.theta * group.mass() - group.weighted_target_sum());
+            }
+        if (!profiles.count(c.name)) order.push_back(c.name);
+        profiles[c.name].push_back(value);
       }
     }
   coincidences found;
