@@ -5,6 +5,7 @@
 #include "exit_status.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/io/files.hpp"
 #include "normcheck/version.hpp"
 
 #include <algorithm>
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
   using normcheck::cli::outcome;
   using normcheck::cli::exit_status;
   std::signal(SIGPIPE, SIG_IGN);
+  normcheck::install_signal_handlers();  // the process is ours: mapped inputs and interrupted writes are handled
   CLI::App app{"normcheck: exact verification of loss normalization in data-parallel training", "normcheck"};
   app.set_version_flag("--version", std::string("normcheck ") + normcheck::version);
   app.require_subcommand(1);

@@ -110,8 +110,13 @@ void install_bus_error_handler() {
   });
 }
 
-// A free slot of the registry, or -1 when all are in use (the file is then read into memory).
+// Whether the process let normcheck own SIGBUS, SIGTERM and SIGINT (install_signal_handlers).
+std::atomic<bool> signal_handlers_allowed{false};
+
+// A free slot of the registry, or -1 when all are in use or the process keeps its signals to itself (the
+// file is then read into memory).
 int claim_mapping_slot() {
+  if (!signal_handlers_allowed.load()) return -1;
   install_bus_error_handler();
   for (int i = 0; i < mapping_slots; ++i) {
     bool expected = false;
@@ -420,6 +425,7 @@ void replace_atomically(const std::string& shown, const std::string& target, std
 }  // namespace
 
 temporary_file_guard::temporary_file_guard(const std::string& path) {
+  if (!signal_handlers_allowed.load()) return;
   const std::size_t length = std::min(path.size(), sizeof guarded_path - 1);
   std::memcpy(guarded_path, path.data(), length);
   guarded_path[length] = '\0';
@@ -432,10 +438,13 @@ temporary_file_guard::temporary_file_guard(const std::string& path) {
 }
 
 temporary_file_guard::~temporary_file_guard() {
+  if (!guarding) return;
   guarding = 0;
   ::sigaction(SIGTERM, &previous_terminate, nullptr);
   ::sigaction(SIGINT, &previous_interrupt, nullptr);
 }
+
+void install_signal_handlers() { signal_handlers_allowed = true; }
 
 void refuse_output_over_inputs(std::string_view option, const std::filesystem::path& output,
                                const std::vector<std::filesystem::path>& inputs) {

@@ -186,6 +186,7 @@ TEST_CASE("SIGTERM or SIGINT during a write removes the temporary file") {
     const pid_t child = ::fork();
     if (child == 0) {
       hardening::write_text(temporary, "half a report");
+      normcheck::install_signal_handlers();  // as the executable does
       const normcheck::temporary_file_guard guard(temporary);
       ::raise(signal_number);
       ::_exit(0);  // not reached: the signal ends the process
@@ -196,6 +197,22 @@ TEST_CASE("SIGTERM or SIGINT during a write removes the temporary file") {
     CHECK(WTERMSIG(status) == signal_number);
     CHECK_FALSE(fs::exists(temporary));
   }
+}
+
+TEST_CASE("without install_signal_handlers a guard leaves SIGTERM to the process") {
+  hardening::temporary_directory dir;
+  const std::string temporary = dir / "report.json.tmp.test";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    hardening::write_text(temporary, "half a report");
+    const normcheck::temporary_file_guard guard(temporary);
+    ::raise(SIGTERM);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(fs::exists(temporary));  // the library removed nothing: no handler of its own ran
 }
 
 TEST_CASE("--output naming a descriptor (/dev/fd/1, /proc/self/fd/1) writes through it, as /dev/stdout does") {

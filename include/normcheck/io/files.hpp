@@ -62,7 +62,14 @@ private:
   file_identity seen_;  // the file as it was opened
 };
 
-/// Opens an input as `load_file` reads it (the same checks and errors), mapping a regular file.
+/// Lets normcheck own SIGBUS (mapped inputs that shrink read as zeros, reported as io_error) and SIGTERM and
+/// SIGINT while a report is written (its temporary file removed first). The executable calls it; a library
+/// in someone else's process (the Python extension) does not, and then reads inputs into memory instead of
+/// mapping them and leaves every signal disposition alone.
+void install_signal_handlers();
+
+/// Opens an input as `load_file` reads it (the same checks and errors), mapping a regular file once
+/// `install_signal_handlers` was called.
 input_text open_input(const std::filesystem::path& path, const reader_limits& limits = {});
 
 /// Reads a whole regular file, within `limits.max_file_size`; throws `error(io_error)` (a missing or
@@ -72,8 +79,8 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
 
 /// Writes a report so that it never destroys what `path` names. A regular file, or a path that does not
 /// exist yet, is replaced atomically: a temporary file beside it, flushed, renamed over it, the directory
-/// flushed, so an interrupted run leaves the old file or the new one, never half of one (and SIGTERM or
-/// SIGINT remove the temporary file). A symbolic link is followed and its target replaced. A character
+/// flushed, so an interrupted run leaves the old file or the new one, never half of one (and, with
+/// `install_signal_handlers`, SIGTERM or SIGINT remove the temporary file). A symbolic link is followed and its target replaced. A character
 /// device, a FIFO or an open descriptor (/dev/stdout) is written through, never replaced. A directory or a
 /// block device is an `io_error`, and so is any failure, naming the path; an empty path is `usage_error`.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
@@ -85,7 +92,8 @@ void refuse_output_over_inputs(std::string_view option, const std::filesystem::p
                                const std::vector<std::filesystem::path>& inputs);
 
 /// While it lives, SIGTERM and SIGINT first remove the file at `path`, then end the process as they would
-/// have. One guard at a time; the previous handlers come back when it ends.
+/// have, once `install_signal_handlers` was called (without it, nothing). One guard at a time; the previous
+/// handlers come back when it ends.
 class temporary_file_guard {
 public:
   explicit temporary_file_guard(const std::string& path);
