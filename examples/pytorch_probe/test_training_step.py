@@ -64,4 +64,4 @@ def test_a_per_rank_mean_is_diagnosed(normcheck_gate):
     with pytest.raises(NormcheckFailure) as failure:
         normcheck_gate(step, world_size=2, args=(True,))
     assert "local_mean" in failure.value.diagnosis           # a failure's name, never a could-hide one
-    assert "weight per token" in str(failure.value)
+    assert "weights per group" in str(failure.value)

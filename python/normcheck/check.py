@@ -25,9 +25,6 @@ __all__ = [
     "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table", "suggest_for_counts",
 ]
 
-TABLE_ROWS = 20
-"""Rows of a weight table a message shows before "… N more"."""
-
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -280,43 +277,10 @@ def _explanation_lines(entries: Sequence[Dict[str, Any]], indent: str) -> List[s
     return lines
 
 
-def _table_lines(weights: Dict[str, Any], indent: str, limit: int = TABLE_ROWS) -> List[str]:
-    """The weight table as text: at most ``limit`` rows, then how many more and how many are outside the bound."""
-    rows = [r for r in weights.get("rows", []) if isinstance(r, dict)]
-    omitted = int(weights.get("omitted", 0) or 0)
-    shown = rows[:limit]
-    header = ("group", "rank", "mb", "seq", "tokens", "code", "objective", "code/objective")
-    table = [header]
-
-    def text(value: Any) -> str:
-        return "—" if value is None else str(value)
-
-    for row in shown:
-        ratio = text(row.get("ratio"))
-        if len(ratio) > 14:
-            ratio = "≈" + text(row.get("ratio_decimal"))
-        sequence = row.get("sequence")
-        code = row.get("code_decimal") if row.get("code_decimal") is not None else row.get("code")
-        if code is None and row.get("observed") is not None and not row.get("tokens"):
-            code = "—"
-        table.append((text(row.get("group")), text(row.get("rank")), text(row.get("microbatch")),
-                      "-" if sequence is None else str(sequence), text(row.get("tokens")), text(code),
-                      text(row.get("objective_decimal", row.get("objective"))), ratio))
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    lines = [f"{indent}weight per token of each group: the code's, the objective's, and their ratio "
-             f"({weights.get('groups', len(rows))} groups; * outside the bound, ~ varies inside the group)"]
-    for i, line in enumerate(table):
-        mark = " "
-        if i > 0:
-            row = shown[i - 1]
-            mark = "*" if row.get("within_bound") is False else ("~" if row.get("witness_agrees") is False else " ")
-        lines.append(f"{indent}{mark} " + "  ".join(cell.rjust(width) for cell, width in zip(line, widths)).rstrip())
-    more = len(rows) - len(shown) + omitted
-    if more > 0:
-        outside = sum(1 for r in rows[limit:] if r.get("within_bound") is False)
-        lines.append(f"{indent}  … {more} more" + (f" ({outside} of those listed in the report outside the bound)"
-                                                    if outside else ""))
-    return lines
+def _table_lines(weights: Dict[str, Any], indent: str) -> List[str]:
+    """The weight table as the executable's text report prints it (its ``text``), each line indented."""
+    text = weights.get("text")
+    return [f"{indent}{line}" for line in text.splitlines()] if isinstance(text, str) else []
 
 
 def _site_verdict(entry: Dict[str, Any]) -> Optional[str]:
@@ -368,8 +332,8 @@ def describe(report: Dict[str, Any]) -> str:
     if report.get("objective") and report.get("objective") != "token_mean":
         shape += f", objective {report.get('objective')}"
     lines = [f"normcheck: the gate {heading} on {name} ({shape})"]
-    if gate.get("observed") is not None or gate.get("objective") is not None:
-        lines.append(f"  observed {gate.get('observed')}, objective {gate.get('objective')}, bound {gate.get('bound')}")
+    if gate.get("in_words"):
+        lines.append(f"  {gate['in_words']}, bound {gate.get('bound')}")
     for check in gate.get("checks", []):
         if not check.get("passed"):
             lines.append(f"  check {check.get('name')} failed: {check.get('detail')}")

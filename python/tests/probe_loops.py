@@ -865,6 +865,6 @@ def named_as_expected(loop: Loop, world_size: int, g: int, verdict: Any) -> Opti
         found = {entry.name: entry for entry in verdict.sites}
         if site not in found or not any(n in found[site].diagnosis for n in named.split("|")):
             return f"site {site} should be named {named}: {[(e.name, e.diagnosis) for e in verdict.sites]}"
-    if want != "pass" and (verdict.weights is None or "weight per token" not in verdict.message):
+    if want != "pass" and (verdict.weights is None or "weights per group" not in verdict.message):
         return "a failing per-group verdict shows its weight table"
     return None

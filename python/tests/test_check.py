@@ -5,7 +5,9 @@ an executable that behaves a particular way; the real one ($NORMCHECK) judges re
 """
 
 import json
+import os
 import stat
+import subprocess
 
 import pytest
 
@@ -210,3 +212,21 @@ def test_counts_for_suggest_are_integers_not_rounded_or_booleans(tmp_path):
     for refused in ([[2.7]], [[True]], [[-1]], [["3"]]):
         with pytest.raises(ValueError, match="non-negative integer"):
             check.suggest_for_counts(refused, executable=program)
+
+
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cases", "groups")
+
+
+@pytest.mark.parametrize("case", ["count_before_shift.json", "site_divided.json"])
+def test_the_message_shows_the_weight_table_the_command_line_prints(case, executable):
+    """One renderer: every line of the message's weight tables is the text report's, in its order."""
+    path = os.path.join(CASES, case)
+    [verdict] = check.run_check(path, executable=executable)
+    printed = subprocess.run([executable, "check", path], capture_output=True, text=True, check=True).stdout
+    cli = [line.strip() for line in printed.splitlines()]
+    message = [line.strip() for line in verdict.message.splitlines()]
+    start = cli.index(next(line for line in cli if line.startswith("weights per group")))
+    table = cli[start:start + 1 + len(verdict.report["gate"]["weights"]["rows"]) + 1]
+    assert table[0] in message
+    at = message.index(table[0])
+    assert message[at:at + len(table)] == table

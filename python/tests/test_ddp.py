@@ -16,7 +16,6 @@ Select one launch with ``-k "w2 and float32"``.
 import json
 import math
 import os
-import re
 import time
 from fractions import Fraction
 
@@ -272,9 +271,9 @@ def documented_block(verdict):
     """What docs/python.md shows of a verdict's message: its heading, failed checks, the diagnosis names and
     the weight table."""
     lines = verdict.message.replace(verdict.file, "probe-dump.json").splitlines()
-    start = next(i for i, line in enumerate(lines) if "weight per token of each group" in line)
+    start = next(i for i, line in enumerate(lines) if line.startswith("  weights per group"))
     end = start + 1
-    while end < len(lines) and re.match(r"^  [ *~] ", lines[end]):
+    while end < len(lines) and lines[end].startswith("    "):
         end += 1
     names = [n for n in verdict.diagnosis if ": " not in n]
     return "\n".join(["```", lines[0], *[line for line in lines[1:start] if line.startswith("  check objective")],

@@ -192,7 +192,7 @@ def test_check_after_the_update_raises_on_every_rank_with_the_table(ranks):
     assert all("failure" in r for r in results), results
     assert results[0] == results[1], "every rank raises the same failure"
     assert "local_mean" in results[0]["diagnosis"] and results[0]["weights"]
-    assert "weight per token" in results[0]["failure"]
+    assert "weights per group" in results[0]["failure"]
 
 
 def test_powersgd_on_a_one_dimensional_p():

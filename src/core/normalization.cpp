@@ -144,25 +144,80 @@ std::optional<rational> per_sequence_positions(const objective_units& units, con
   return c;
 }
 
+// Each entry: name, formula, denominator, scope, whether it is the objective's own weights, coefficient; then,
+// for a diagnosis, what was computed, why it is wrong (under a summing reducer where that differs) and what
+// to do.
 constexpr std::array<normalization, 6> report_table{{
-    {"global_mean", "ΣSᵣ/{D}", "{D}", scope::update, true, objective_weight},
-    {"local_mean", "Sᵣ/{Dr}", "{Dr}", scope::rank, false, per_rank},
-    {"local_sum", "Sᵣ", "none", scope::update, false, unnormalized},
-    {"scaled_sum", "W·Sᵣ/{D}", "{D}", scope::update, false, compensated},
-    {"global_share", "Sᵣ/{D}", "{D}", scope::update, false, objective_weight},
-    {"microbatch_mean", "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}", "{Drm}", scope::microbatch, false, per_microbatch},
+    {.name = "global_mean", .formula = "ΣSᵣ/{D}", .denominator = "{D}", .level = scope::update,
+     .objective_itself = true, .coefficient = objective_weight},
+    {.name = "local_mean", .formula = "Sᵣ/{Dr}", .denominator = "{Dr}", .level = scope::rank, .coefficient = per_rank,
+     .computed = "each rank backpropagated its local mean Sᵣ/nᵣ",
+     .why_wrong = "the ranks are then weighted equally whatever their valid-token counts, so a token on a rank with "
+                  "few tokens weighs more than one on a rank with many"},
+    {.name = "local_sum", .formula = "Sᵣ", .denominator = "none", .level = scope::update, .coefficient = unnormalized,
+     .computed = "each rank backpropagated its loss sum Sᵣ without dividing by a token count",
+     .why_wrong = "DDP's mean then yields ΣSᵣ/W: the token count N never enters, so the scale is N/W times the "
+                  "objective's",
+     .why_wrong_summed = "the summing reducer then yields ΣSᵣ: N times the objective's gradient"},
+    {.name = "scaled_sum", .formula = "W·Sᵣ/{D}", .denominator = "{D}", .level = scope::update, .coefficient = compensated,
+     .computed = "each rank backpropagated W·Sᵣ/N, the compensation for a reducer that divides by W",
+     .why_wrong = "this reducer sums without dividing, so the world-size factor is applied once too often: W times "
+                  "the objective's gradient"},
+    {.name = "global_share", .formula = "Sᵣ/{D}", .denominator = "{D}", .level = scope::update,
+     .coefficient = objective_weight, .computed = "each rank backpropagated Sᵣ/N without the world-size factor",
+     .why_wrong = "DDP's mean reducer divides the sum by W once more, so the result is the objective's gradient "
+                  "divided by W"},
+    {.name = "microbatch_mean", .formula = "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}", .denominator = "{Drm}", .level = scope::microbatch,
+     .coefficient = per_microbatch,
+     .computed = "each microbatch backpropagated its own mean (per-microbatch denominator) and the accumulation "
+                 "divided by the number of microbatches",
+     .why_wrong = "every microbatch then weighs the same whatever its count",
+     .remedy = "the denominator must be the valid tokens of the whole update, not of each microbatch"},
 }};
 
 constexpr std::array<normalization, 8> diagnosed_table{{
-    {"sum_of_microbatch_means", "Σₘ Sᵣₘ/{Drm}", "{Drm}", scope::microbatch, false, per_microbatch_summed},
-    {"empty_microbatches_counted", "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}, empty microbatches counted in Gᵣ", "{Drm}", scope::microbatch,
-     false, per_microbatch_empty_counted},
-    {"count_padding", "W·Sᵣ/(N + P)", "N + P", scope::update, false, positions_counted},
-    {"count_before_shift", "W·Sᵣ/(N + rows)", "N + rows", scope::update, false, labels_before_shift},
-    {"microbatch_global_count", "(1/G)·Σₘ W·Sᵣₘ/Σᵣ{Drm}", "Σᵣ{Drm}", scope::microbatch, false, per_microbatch_global},
-    {"sequence_share", "Σₘ (Sᵣₘ/{Drm})·(bᵣₘ/bᵣ)", "{Drm}·bᵣ/bᵣₘ", scope::microbatch, false, sequence_share},
-    {"prefix_count", "Σₘ Sᵣₘ/({Dr}₀ + … + {Drm})", "a running count", scope::microbatch, false, running_count},
-    {"sequence_positions", "Σₛ Sₛ/(nₛ + pₛ)", "positions of each sequence", scope::group, false, per_sequence_positions},
+    {.name = "sum_of_microbatch_means", .formula = "Σₘ Sᵣₘ/{Drm}", .denominator = "{Drm}", .level = scope::microbatch,
+     .coefficient = per_microbatch_summed,
+     .computed = "each microbatch backpropagated its own mean and the accumulation did not divide by the number of "
+                 "microbatches: Σₘ Sᵣₘ/nᵣₘ",
+     .why_wrong = "every microbatch then weighs the same whatever its count, and the window G times too much",
+     .remedy = "the denominator must be the update's, not each microbatch's"},
+    {.name = "empty_microbatches_counted", .formula = "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}, empty microbatches counted in Gᵣ",
+     .denominator = "{Drm}", .level = scope::microbatch, .coefficient = per_microbatch_empty_counted,
+     .computed = "each microbatch backpropagated its own mean, skipping those without valid tokens, and the "
+                 "accumulation divided by every microbatch, the empty ones included",
+     .why_wrong = "microbatches then weigh the same whatever their counts, and an empty microbatch still takes its "
+                  "share of the division"},
+    {.name = "count_padding", .formula = "W·Sᵣ/(N + P)", .denominator = "N + P", .level = scope::update,
+     .coefficient = positions_counted,
+     .computed = "the loss sum divided by the update's positions, padding included, instead of its valid tokens",
+     .why_wrong = "padding positions (null in the file: padding, ignored labels) hold no token, so they must not "
+                  "count"},
+    {.name = "count_before_shift", .formula = "W·Sᵣ/(N + rows)", .denominator = "N + rows", .level = scope::update,
+     .coefficient = labels_before_shift,
+     .computed = "the loss sum divided by the labels counted before the shift for next-token prediction: N plus one "
+                 "per row",
+     .why_wrong = "the first label of each row is never predicted",
+     .remedy = "count the labels the loss sees, after the shift"},
+    {.name = "microbatch_global_count", .formula = "(1/G)·Σₘ W·Sᵣₘ/Σᵣ{Drm}", .denominator = "Σᵣ{Drm}",
+     .level = scope::microbatch, .coefficient = per_microbatch_global,
+     .computed = "each microbatch divided by its own count over all ranks (a per-microbatch global count) and the "
+                 "accumulation by G",
+     .why_wrong = "every microbatch then weighs the same whatever its count",
+     .remedy = "count the valid tokens of the whole window, over all ranks and all accumulated microbatches"},
+    {.name = "sequence_share", .formula = "Σₘ (Sᵣₘ/{Drm})·(bᵣₘ/bᵣ)", .denominator = "{Drm}·bᵣ/bᵣₘ",
+     .level = scope::microbatch, .coefficient = sequence_share,
+     .computed = "each microbatch's token mean weighted by its share of the rank's sequences: Σₘ (Sᵣₘ/nᵣₘ)·(bᵣₘ/bᵣ)",
+     .why_wrong = "a token's weight then depends on how many tokens and sequences its microbatch holds"},
+    {.name = "prefix_count", .formula = "Σₘ Sᵣₘ/({Dr}₀ + … + {Drm})", .denominator = "a running count",
+     .level = scope::microbatch, .coefficient = running_count,
+     .computed = "each microbatch divided by a running count (the tokens seen so far in the window)",
+     .why_wrong = "earlier microbatches then weigh more than later ones",
+     .remedy = "divide every microbatch by the count of the whole window"},
+    {.name = "sequence_positions", .formula = "Σₛ Sₛ/(nₛ + pₛ)", .denominator = "positions of each sequence",
+     .level = scope::group, .coefficient = per_sequence_positions,
+     .computed = "each sequence's loss sum divided by its padded length (its positions, padding included)",
+     .why_wrong = "a token's weight then depends on the padding of its row"},
 }};
 
 }  // namespace
@@ -248,6 +303,12 @@ const normalization* find_normalization(std::string_view name) noexcept {
   for (const normalization& n : diagnosed_table)
     if (n.name == name) return &n;
   return nullptr;
+}
+
+std::string why_wrong(const normalization& n, reducer_kind reducer) {
+  std::string why(reducer == reducer_kind::sum && !n.why_wrong_summed.empty() ? n.why_wrong_summed : n.why_wrong);
+  if (!n.remedy.empty()) why += ": " + std::string(n.remedy);
+  return why;
 }
 
 std::string spelled(std::string_view text, const objective_units& units) {

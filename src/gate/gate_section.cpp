@@ -6,6 +6,7 @@
 #include "normcheck/io/text.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 namespace normcheck {
 
@@ -15,6 +16,23 @@ namespace {
 std::string shown(const observed_value& value) {
   if (const rational* number = std::get_if<rational>(&value)) return on_screen(*number) + " (≈ " + approximate(*number) + ")";
   return to_string(value);
+}
+
+// The observed gradient against the objective's, in words and decimals first, exact values after:
+// "the gradient is 0.72 times the token_mean objective's (exact: observed -18/25, objective -1, ratio 18/25)".
+std::string in_words(const observed_value& observed, const rational& objective, objective_kind declared) {
+  const std::string whose = "the " + std::string(objective_name(declared)) + " objective's";
+  const rational* number = std::get_if<rational>(&observed);
+  if (!number)
+    return "the gradient is " + to_string(observed) + " where " + whose + " is " + approximate(objective) +
+           " (exact: objective " + on_screen(objective) + ")";
+  if (objective == 0)
+    return "the gradient is " + approximate(*number) + " where " + whose + " is 0 (exact: observed " +
+           on_screen(*number) + ")";
+  const rational ratio = *number / objective;
+  return "the gradient is " + approximate(ratio, 11) + " times " + whose + ", " + approximate(*number) +
+         " against " + approximate(objective) + " (exact: observed " + on_screen(*number) + ", objective " +
+         on_screen(objective) + ", ratio " + on_screen(ratio) + ")";
 }
 
 void print_explanations(std::ostream& out, std::string_view heading, const std::vector<explanation>& list) {
@@ -122,9 +140,20 @@ void print_weights(std::ostream& out, const std::vector<weight_row>& rows, std::
     out << indent << "  … " << rows.size() - shown_rows << " more groups (every one in --json)\n";
 }
 
+// The weight table as the text report prints it (lines without indent), for front ends that print it too.
+std::string weights_text(const std::vector<weight_row>& rows) {
+  std::ostringstream text;
+  print_weights(text, rows, "");
+  return text.str();
+}
+
 void write_weights(json_writer& json, const std::vector<weight_row>& rows) {
   constexpr std::size_t written_rows = 10000;
-  json.begin_object().member("groups", static_cast<std::uint64_t>(rows.size())).key("rows").begin_array();
+  json.begin_object()
+      .member("groups", static_cast<std::uint64_t>(rows.size()))
+      .member("text", weights_text(rows))
+      .key("rows")
+      .begin_array();
   for (std::size_t i = 0; i < rows.size() && i < written_rows; ++i) {
     const weight_row& row = rows[i];
     json.begin_object()
@@ -483,12 +512,12 @@ void gate_section::judge(const partition_file& document, const gradient_set&, st
                        std::string(verdict_name(gate.verdict)) + " with [" + join(found, "none") + "]");
 }
 
-void gate_section::print_text(std::ostream& out, const partition_file&, const gradient_set&) const {
+void gate_section::print_text(std::ostream& out, const partition_file& document, const gradient_set&) const {
   if (!result_) return;
   const gate_result& gate = *result_;
   out << "      gate (" << dtype_name(gate.type)
       << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
-      << "): observed " << shown(gate.observed) << ", objective " << shown(gate.objective) << "\n";
+      << "): " << in_words(gate.observed, gate.objective, document.update.objective) << "\n";
   out << "        bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
       << (gate.bound_is_explicit ? ", from the file's tolerance"
                                  : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
@@ -517,7 +546,7 @@ void gate_section::print_text(std::ostream& out, const partition_file&, const gr
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
 }
 
-void gate_section::write_json(json_writer& json, const partition_file&, const gradient_set&) const {
+void gate_section::write_json(json_writer& json, const partition_file& document, const gradient_set&) const {
   if (!result_) return;
   const gate_result& gate = *result_;
   json.key("gate")
@@ -530,6 +559,7 @@ void gate_section::write_json(json_writer& json, const partition_file&, const gr
       .member("bound", gate.bound)
       .member("bound_is_explicit", gate.bound_is_explicit)
       .member("rounding_depth", gate.rounding_depth)
+      .member("in_words", in_words(gate.observed, gate.objective, document.update.objective))
       .key("checks")
       .begin_array();
   for (const gate_check& check : gate.checks)

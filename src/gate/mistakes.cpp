@@ -1,8 +1,10 @@
 #include "normcheck/gate/mistakes.hpp"
 
+#include "normcheck/core/normalization.hpp"
 #include "normcheck/gate/bound.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace normcheck {
 
@@ -41,7 +43,6 @@ std::string instead_text(reducer_kind reducer, objective_kind objective) {
 }
 
 mistake_text describe_strategy(strategy s, reducer_kind reducer, objective_kind objective) {
-  const bool mean = reducer == reducer_kind::mean;
   if (objective != objective_kind::token_mean && objective != objective_kind::weighted_token_mean &&
       s != strategy::global_mean) {
     // The same mistakes in the objective's own counts.
@@ -57,32 +58,9 @@ mistake_text describe_strategy(strategy s, reducer_kind reducer, objective_kind 
                     " (Sᵣ the weighted loss sum, M, mᵣ, mᵣₘ weight masses)";
     return text;
   }
-  switch (s) {
-    case strategy::local_mean:
-      return {"each rank backpropagated its local mean Sᵣ/nᵣ",
-              "the ranks are then weighted equally whatever their valid-token counts, so a token on a rank "
-              "with few tokens weighs more than one on a rank with many"};
-    case strategy::local_sum:
-      return {"each rank backpropagated its loss sum Sᵣ without dividing by a token count",
-              mean ? "DDP's mean then yields ΣSᵣ/W: the token count N never enters, so the scale is N/W times "
-                     "the objective's"
-                   : "the summing reducer then yields ΣSᵣ: N times the objective's gradient"};
-    case strategy::scaled_sum:
-      return {"each rank backpropagated W·Sᵣ/N, the compensation for a reducer that divides by W",
-              "this reducer sums without dividing, so the world-size factor is applied once too often: W "
-              "times the objective's gradient"};
-    case strategy::global_share:
-      return {"each rank backpropagated Sᵣ/N without the world-size factor",
-              "DDP's mean reducer divides the sum by W once more, so the result is the objective's gradient "
-              "divided by W"};
-    case strategy::microbatch_mean:
-      return {"each microbatch backpropagated its own mean (per-microbatch denominator) and the accumulation "
-              "divided by the number of microbatches",
-              "every microbatch then weighs the same whatever its count: the denominator must be the valid "
-              "tokens of the whole update, not of each microbatch"};
-    case strategy::global_mean: break;
-  }
-  return {"", ""};
+  if (s == strategy::global_mean) return {"", ""};
+  const normalization& n = *find_normalization(strategy_name(s));
+  return {std::string(n.computed), why_wrong(n, reducer)};
 }
 
 struct factor_mistake {
@@ -131,11 +109,11 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
                        "the " + std::to_string(padding) + " padding positions (null in the file: padding, ignored "
                            "labels) hold no token, so they must not count: the gradient is scaled by N/(N + P)"});
   }
-  if (weighted)
-    factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()),
-                       "the weighted loss sum divided by the valid-token count N instead of the weight mass M",
-                       "the objective weighs tokens, so its denominator is Σw = M; dividing by N scales the gradient "
-                       "by M/N"});
+  if (weighted) {
+    mistake_words words = table_mistake_words("count_denominator", update);
+    factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()), std::move(words.computed),
+                       std::move(words.why_wrong)});
+  }
   std::erase_if(factors, [](const factor_mistake& f) { return f.factor == 1; });
   return factors;
 }
@@ -208,25 +186,91 @@ std::string correct_instead(const partition& update) { return instead_text(updat
 std::optional<explanation> mean_over_nothing(const partition& update) { return mean_of_empty(update, correct_instead(update)); }
 
 
+namespace {
+
+// Words of a computation by name, `{declared}` standing for the declared objective's name.
+struct named_words {
+  std::string_view name;
+  std::string_view computed;
+  std::string_view why_wrong;
+};
+
+// The factors on top of a computation whose cause is known, by label.
+constexpr std::array<named_words, 8> factor_table{{
+    {"×W", "multiplied by W",
+     "a world-size factor applied where the reducer does not divide by W (a summing reducer or hook), or applied "
+     "twice"},
+    {"/W", "divided by W", "the reducer's division by W was not compensated, or W was divided out twice"},
+    {"×G", "multiplied by G, the accumulation steps",
+     "the G accumulated microbatches were summed where each was meant to weigh its share: the division by G is "
+     "missing"},
+    {"/G", "divided by G, the accumulation steps",
+     "the loss was divided by G on top of a denominator that already covers the whole window: accumulation divided "
+     "twice"},
+    {"×W·G", "multiplied by W·G", "both the world-size and the accumulation factors are applied once too often"},
+    {"/(W·G)", "divided by W·G", "both the world size and the accumulation steps were divided out once too often"},
+    {"×W/G", "multiplied by W and divided by G", "a world-size factor too many and a division by G too many"},
+    {"×G/W", "multiplied by G and divided by W",
+     "the division by G is missing and the reducer's division by W was not compensated"},
+}};
+
+// What the per-group gate recognizes beyond the strategy table's normalizations: weights of another
+// objective, of another window, rescaled accumulation, and weights it cannot name.
+constexpr std::array<named_words, 11> other_table{{
+    {"geometric",
+     "the accumulated gradient was rescaled after every microbatch, so earlier microbatches weigh geometrically less "
+     "(or more) than later ones",
+     "accumulation must add every microbatch's gradient with the same weight for its tokens; rescale the loss, not "
+     "the accumulated buffer"},
+    {"short_window", "a short accumulation window divided by the nominal number of accumulation steps",
+     "the last window of an epoch (or a step cut short) held fewer microbatches than the nominal G, but the loss was "
+     "still divided by G: divide by the tokens (or microbatches) the window really holds"},
+    {"other_window", "a count taken over another window than the one accumulated",
+     "the denominator must count the tokens of exactly the microbatches accumulated into this update"},
+    {"token_mean", "the code computed the token mean (every token weighs 1/N)",
+     "the declared objective is {declared}: a token's weight must follow it, not the token count"},
+    {"sequence_mean",
+     "the code computed the mean over sequences of each sequence's token mean (a token of sequence s weighs "
+     "1/(B·nₛ))",
+     "the declared objective is {declared}: long and short sequences must not be given the same total weight"},
+    {"sequence_sum_mean", "the code computed the mean over sequences of each sequence's loss sum (every token weighs 1/B)",
+     "the declared objective is {declared}: its denominator is not the number of sequences"},
+    {"constant", "the code divided the loss sum by the declared constant normalizer C",
+     "the declared objective is {declared}: its denominator depends on the update's counts"},
+    {"sum_of_sequence_means", "each rank backpropagated the sum of its sequences' token means, not their mean",
+     "the mean over sequences must divide by the number of sequences B of the whole update"},
+    {"count_denominator", "the weighted loss sum divided by the valid-token count N instead of the weight mass M",
+     "the objective weighs tokens, so its denominator is Σw = M; dividing by N scales the gradient by M/N"},
+    {"varies_within_group",
+     "the tokens of a group did not all get the same weight (the witness component disagrees with one weight for "
+     "the whole group)",
+     "the objective gives every token of a group one weight; if the code weighs sequences inside a microbatch, "
+     "declare them (rows, packed sequences) so each is measured as a group"},
+    {"unexplained", "the weights fit no known normalization (see the weight table)",
+     "the weight table differs from the objective's and matches none of the known mistakes, nor one of them times a "
+     "simple factor"},
+}};
+
+template <std::size_t size>
+const named_words* lookup(const std::array<named_words, size>& table, std::string_view name) {
+  for (const named_words& entry : table)
+    if (entry.name == name) return &entry;
+  return nullptr;
+}
+
+std::string with_declared(std::string_view text, objective_kind declared) {
+  std::string out(text);
+  constexpr std::string_view slot = "{declared}";
+  if (const std::size_t at = out.find(slot); at != std::string::npos) out.replace(at, slot.size(), objective_name(declared));
+  return out;
+}
+
+}  // namespace
+
 mistake_words factor_words(std::string_view label) {
+  if (const named_words* known = lookup(factor_table, label))
+    return {std::string(known->computed), std::string(known->why_wrong)};
   const std::string text(label);
-  if (label == "×W")
-    return {"multiplied by W", "a world-size factor applied where the reducer does not divide by W (a summing reducer "
-                               "or hook), or applied twice"};
-  if (label == "/W") return {"divided by W", "the reducer's division by W was not compensated, or W was divided out twice"};
-  if (label == "×G")
-    return {"multiplied by G, the accumulation steps", "the G accumulated microbatches were summed where each was "
-                                                        "meant to weigh its share: the division by G is missing"};
-  if (label == "/G")
-    return {"divided by G, the accumulation steps", "the loss was divided by G on top of a denominator that already "
-                                                     "covers the whole window: accumulation divided twice"};
-  if (label == "×W·G") return {"multiplied by W·G", "both the world-size and the accumulation factors are applied once too often"};
-  if (label == "/(W·G)") return {"divided by W·G", "both the world size and the accumulation steps were divided out once too often"};
-  if (label == "×W/G")
-    return {"multiplied by W and divided by G", "a world-size factor too many and a division by G too many"};
-  if (label == "×G/W")
-    return {"multiplied by G and divided by W", "the division by G is missing and the reducer's division by W was not "
-                                                "compensated"};
   const std::string how = label.front() == '/' ? "divided by " + text.substr(1) : "multiplied by " + text.substr(std::string_view("×").size());
   return {how, "a factor of " + text + " that the objective does not have: a count of something else (for example a "
                "world size that also counts tensor- or context-parallel ranks that do not average the loss)"};
@@ -235,87 +279,18 @@ mistake_words factor_words(std::string_view label) {
 mistake_words table_mistake_words(std::string_view name, const partition& update) {
   const reducer_kind reducer = update.reducer;
   const objective_kind objective = update.objective;
-  const std::string declared(objective_name(objective));
   if (const std::optional<strategy> s = strategy_from_name(name)) {
     const mistake_text text = describe_strategy(*s, reducer, objective);
     return {text.computed, text.why_wrong};
   }
+  if (const normalization* n = find_normalization(name))
+    return {std::string(n->computed), why_wrong(*n, reducer)};
+  if (const named_words* known = lookup(other_table, name))
+    return {std::string(known->computed), with_declared(known->why_wrong, objective)};
   if (name.starts_with("objective") && name.size() > std::string_view("objective").size()) {
     const mistake_words scaled = factor_words(name.substr(std::string_view("objective").size()));
     return {"the objective's gradient " + scaled.computed, scaled.why_wrong};
   }
-  if (name == "sum_of_microbatch_means")
-    return {"each microbatch backpropagated its own mean and the accumulation did not divide by the number of "
-            "microbatches: Σₘ Sᵣₘ/nᵣₘ",
-            "every microbatch then weighs the same whatever its count, and the window G times too much: the "
-            "denominator must be the update's, not each microbatch's"};
-  if (name == "empty_microbatches_counted")
-    return {"each microbatch backpropagated its own mean, skipping those without valid tokens, and the accumulation "
-            "divided by every microbatch, the empty ones included",
-            "microbatches then weigh the same whatever their counts, and an empty microbatch still takes its share "
-            "of the division"};
-  if (name == "count_padding")
-    return {"the loss sum divided by the update's positions, padding included, instead of its valid tokens",
-            "padding positions (null in the file: padding, ignored labels) hold no token, so they must not count"};
-  if (name == "count_before_shift")
-    return {"the loss sum divided by the labels counted before the shift for next-token prediction: N plus one per "
-            "row",
-            "the first label of each row is never predicted; count the labels the loss sees, after the shift"};
-  if (name == "microbatch_global_count")
-    return {"each microbatch divided by its own count over all ranks (a per-microbatch global count) and the "
-            "accumulation by G",
-            "every microbatch then weighs the same whatever its count: count the valid tokens of the whole window, "
-            "over all ranks and all accumulated microbatches"};
-  if (name == "sequence_share")
-    return {"each microbatch's token mean weighted by its share of the rank's sequences: Σₘ (Sᵣₘ/nᵣₘ)·(bᵣₘ/bᵣ)",
-            "a token's weight then depends on how many tokens and sequences its microbatch holds"};
-  if (name == "prefix_count")
-    return {"each microbatch divided by a running count (the tokens seen so far in the window)",
-            "earlier microbatches then weigh more than later ones: divide every microbatch by the count of the whole "
-            "window"};
-  if (name == "sequence_positions")
-    return {"each sequence's loss sum divided by its padded length (its positions, padding included)",
-            "a token's weight then depends on the padding of its row"};
-  if (name == "geometric")
-    return {"the accumulated gradient was rescaled after every microbatch, so earlier microbatches weigh "
-            "geometrically less (or more) than later ones",
-            "accumulation must add every microbatch's gradient with the same weight for its tokens; rescale the loss, "
-            "not the accumulated buffer"};
-  if (name == "short_window")
-    return {"a short accumulation window divided by the nominal number of accumulation steps",
-            "the last window of an epoch (or a step cut short) held fewer microbatches than the nominal G, but the "
-            "loss was still divided by G: divide by the tokens (or microbatches) the window really holds"};
-  if (name == "other_window")
-    return {"a count taken over another window than the one accumulated",
-            "the denominator must count the tokens of exactly the microbatches accumulated into this update"};
-  if (name == "token_mean")
-    return {"the code computed the token mean (every token weighs 1/N)",
-            "the declared objective is " + declared + ": a token's weight must follow it, not the token count"};
-  if (name == "sequence_mean")
-    return {"the code computed the mean over sequences of each sequence's token mean (a token of sequence s weighs "
-            "1/(B·nₛ))",
-            "the declared objective is " + declared + ": long and short sequences must not be given the same total weight"};
-  if (name == "sequence_sum_mean")
-    return {"the code computed the mean over sequences of each sequence's loss sum (every token weighs 1/B)",
-            "the declared objective is " + declared + ": its denominator is not the number of sequences"};
-  if (name == "constant")
-    return {"the code divided the loss sum by the declared constant normalizer C",
-            "the declared objective is " + declared + ": its denominator depends on the update's counts"};
-  if (name == "sum_of_sequence_means")
-    return {"each rank backpropagated the sum of its sequences' token means, not their mean",
-            "the mean over sequences must divide by the number of sequences B of the whole update"};
-  if (name == "count_denominator")
-    return {"the weighted loss sum divided by the valid-token count N instead of the weight mass M",
-            "the objective weighs tokens, so its denominator is Σw = M; dividing by N scales the gradient by M/N"};
-  if (name == "varies_within_group")
-    return {"the tokens of a group did not all get the same weight (the witness component disagrees with one weight "
-            "for the whole group)",
-            "the objective gives every token of a group one weight; if the code weighs sequences inside a microbatch, "
-            "declare them (rows, packed sequences) so each is measured as a group"};
-  if (name == "unexplained")
-    return {"the weights fit no known normalization (see the weight table)",
-            "the weight table differs from the objective's and matches none of the known mistakes, nor one of them "
-            "times a simple factor"};
   if (const std::size_t open = name.find('('); open != std::string_view::npos && name.ends_with(")")) {
     const std::string_view base = name.substr(0, open);
     const std::string_view other = name.substr(open + 1, name.size() - open - 2);
@@ -323,7 +298,7 @@ mistake_words table_mistake_words(std::string_view name, const partition& update
       if (const std::optional<objective_kind> o = objective_from_name(other)) {
         const mistake_text text = describe_strategy(*s, reducer, *o);
         return {text.computed + ", in the terms of the " + std::string(other) + " objective",
-                text.why_wrong + "; and the declared objective is " + declared};
+                text.why_wrong + "; and the declared objective is " + std::string(objective_name(objective))};
       }
   }
   return {"", ""};

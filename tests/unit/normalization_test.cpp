@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -158,4 +159,25 @@ TEST_CASE("an update whose sequences hold no token has no sequence objective") {
   p.ranks.resize(1);
   p.ranks[0].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({})}));
   CHECK_THROWS_AS(normcheck::compute_gradients(p), normcheck::error);
+}
+
+TEST_CASE("every normalization but the objective's own carries its diagnosis words, under one name") {
+  std::vector<std::string_view> names;
+  for (const auto& list : {normcheck::report_normalizations(), normcheck::diagnosed_normalizations()})
+    for (const normcheck::normalization& n : list) {
+      CAPTURE(n.name);
+      CHECK(std::count(names.begin(), names.end(), n.name) == 0);
+      names.push_back(n.name);
+      CHECK(normcheck::find_normalization(n.name) == &n);
+      if (n.objective_itself) continue;
+      CHECK(!n.computed.empty());
+      CHECK(!n.why_wrong.empty());
+      CHECK(normcheck::why_wrong(n, reducer_kind::mean).starts_with(n.why_wrong));
+    }
+  CHECK(names.size() == 14);
+  const normcheck::normalization& local_sum = *normcheck::find_normalization("local_sum");
+  CHECK(normcheck::why_wrong(local_sum, reducer_kind::sum) == local_sum.why_wrong_summed);
+  const normcheck::normalization& shifted = *normcheck::find_normalization("count_before_shift");
+  CHECK(normcheck::why_wrong(shifted, reducer_kind::mean) ==
+        std::string(shifted.why_wrong) + ": " + std::string(shifted.remedy));
 }

@@ -68,7 +68,8 @@ enum class scope { update, rank, microbatch, group };
 /// A coefficient: nullopt where it divides by zero (a rank or microbatch without units).
 using coefficient_function = std::optional<rational> (*)(const objective_units& units, const group_ref& where);
 
-/// One normalization: its stable name, how it reads, and its coefficient.
+/// One normalization: its stable name, how it reads, its coefficient, and (where code computes it by mistake)
+/// the words the gate gives when it recognizes it: what was computed, why that is wrong, what to do.
 struct normalization {
   std::string_view name;
   /// What each rank backpropagates, with {D}, {Dr} and {Drm} standing for the units' symbols.
@@ -79,6 +80,14 @@ struct normalization {
   /// The objective's own weights (global_mean): delivered as they are, not combined by the reducer.
   bool objective_itself = false;
   coefficient_function coefficient = nullptr;
+  /// What code that computes it did, for a diagnosis (empty for the objective's own weights).
+  std::string_view computed = {};
+  /// Why that is not the objective's gradient, under a reducer that divides by W.
+  std::string_view why_wrong = {};
+  /// Why it is wrong under a summing reducer, where that differs (empty: `why_wrong`).
+  std::string_view why_wrong_summed = {};
+  /// What to do about it, beyond the correct computation the report states (empty: nothing more).
+  std::string_view remedy = {};
 };
 
 /// The six normalizations of the report, in report order (global_mean, local_mean, local_sum, scaled_sum,
@@ -91,6 +100,9 @@ std::span<const normalization> diagnosed_normalizations() noexcept;
 
 /// The normalization named `name` among both lists, if any.
 const normalization* find_normalization(std::string_view name) noexcept;
+
+/// Why `n` is wrong under `reducer`, its remedy after a colon where it has one.
+std::string why_wrong(const normalization& n, reducer_kind reducer);
 
 /// `formula` or `denominator` with the units' symbols in place.
 std::string spelled(std::string_view text, const objective_units& units);
