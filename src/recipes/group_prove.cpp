@@ -47,17 +47,7 @@ bool reads_sequences(const recipe& r) {
          r.scale.uses(count_variable::n_s);
 }
 
-// What the scopes hold for one recipe and objective.
-struct group_scope {
-  objective_kind objective = objective_kind::token_mean;
-  reducer_kind reducer = reducer_kind::mean;
-  bool weighted = false;   // masses beside the counts
-  bool constant = false;   // a declared normalizer C
-  bool sequences = false;  // groups may be sequences: the recipe or the objective reads them
-  bool required = false;   // every microbatch with a valid token declares sequences (the sequence objectives)
-  std::uint64_t world_size = scope_world_size;
-  std::uint64_t microbatches = scope_microbatches;
-};
+}  // namespace
 
 group_scope scope_for(const recipe& r, objective_kind objective) {
   group_scope s;
@@ -67,12 +57,12 @@ group_scope scope_for(const recipe& r, objective_kind objective) {
   s.constant = objective == objective_kind::constant;
   s.required = counts_sequences(objective);
   s.sequences = s.required || reads_sequences(r);
-  if (s.weighted) {
-    s.world_size = weighted_world_size;
-    s.microbatches = weighted_microbatches;
-  }
+  s.world_size = s.weighted ? weighted_world_size : scope_world_size;
+  s.microbatches = s.weighted ? weighted_microbatches : scope_microbatches;
   return s;
 }
+
+namespace {
 
 // The variables the objective's weight of a token reads: T in 1/T.
 std::vector<count_variable> objective_variables(objective_kind objective) {
@@ -99,6 +89,8 @@ sequence_counts sequences_of(const count_configuration& c) {
   return c.sequences.value_or(sequence_counts{false, c.microbatch_tokens, 0, 0, 0});
 }
 
+}  // namespace
+
 count_values values_of(const count_configuration& c) {
   count_values v;
   const sequence_counts q = sequences_of(c);
@@ -124,6 +116,8 @@ count_values values_of(const count_configuration& c) {
   return v;
 }
 
+namespace {
+
 // Whether the group holds a token the objective weighs: a valid token, of positive weight under the weighted
 // objective. Elsewhere only the scale's existence is judged.
 bool weighs(const count_configuration& c) {
@@ -144,12 +138,7 @@ rational objective_units_at(objective_kind objective, const count_configuration&
   return rational(c.valid_tokens);
 }
 
-enum class outcome { holds, wrong, divides_by_zero };
-
-struct judged {
-  outcome result = outcome::holds;
-  recipe_value scale;
-};
+}  // namespace
 
 judged judge(const group_scope& s, const recipe& r, const count_configuration& c) {
   judged j;
@@ -164,6 +153,8 @@ judged judge(const group_scope& s, const recipe& r, const count_configuration& c
   if (effective != 1) j.result = outcome::wrong;
   return j;
 }
+
+namespace {
 
 // ---- the exhaustive scope ----
 
@@ -290,7 +281,11 @@ struct view_key_hash {
   }
 };
 
+}  // namespace
+
 // ---- the replay partition of a configuration ----
+
+namespace {
 
 // Deals `tokens` valid tokens (target 0) in `sequences` sequences with tokens over the microbatches `slots`,
 // round robin; without sequences, as plain tokens.
@@ -307,6 +302,8 @@ void deal(std::vector<std::vector<token>*> slots, std::vector<std::vector<std::s
     lengths[j % slots.size()]->push_back(length);
   }
 }
+
+}  // namespace
 
 // A partition whose rank 0, microbatch 0, first group has the configuration's counts; that group's tokens have
 // target 1 and all others 0 at θ = 0, so the group alone decides the gradient.
@@ -374,6 +371,8 @@ token_partition partition_for(const group_scope& s, const count_configuration& c
 recipe_counterexample expose(const group_scope& s, const recipe& r, const count_configuration& c, const judged& j) {
   return counterexample_at(r, c, j.scale, j.result == outcome::divides_by_zero, partition_for(s, c), s.objective);
 }
+
+namespace {
 
 std::string list_of(const std::vector<std::string>& items) {
   std::string out;

@@ -26,26 +26,6 @@ constexpr int random_configurations = 20000;
 // its rank, the other ranks).
 const std::array<rational, 4> scope_weights{rational(0), fraction(1, 2), rational(1), rational(2)};
 
-// (M, mᵣ, mₘ): the configuration's masses, or its counts under the token mean.
-std::array<rational, 3> masses_of(const count_configuration& c) {
-  if (c.masses) return *c.masses;
-  return {rational(c.valid_tokens), rational(c.rank_tokens), rational(c.microbatch_tokens)};
-}
-
-count_values values_of(const count_configuration& c) {
-  count_values v;
-  const auto [mass, rank_mass, microbatch_mass] = masses_of(c);
-  v[static_cast<std::size_t>(count_variable::W)] = c.world_size;
-  v[static_cast<std::size_t>(count_variable::N)] = c.valid_tokens;
-  v[static_cast<std::size_t>(count_variable::n_r)] = c.rank_tokens;
-  v[static_cast<std::size_t>(count_variable::n_m)] = c.microbatch_tokens;
-  v[static_cast<std::size_t>(count_variable::G)] = c.microbatches;
-  v[static_cast<std::size_t>(count_variable::M)] = mass;
-  v[static_cast<std::size_t>(count_variable::m_r)] = rank_mass;
-  v[static_cast<std::size_t>(count_variable::m_m)] = microbatch_mass;
-  return v;
-}
-
 // A configuration with masses: each of the three groups of tokens weighs `weights[i]` per token.
 count_configuration weighted(count_configuration c, const std::array<rational, 3>& weights) {
   const rational microbatch_mass = weights[0] * c.microbatch_tokens;
@@ -53,75 +33,6 @@ count_configuration weighted(count_configuration c, const std::array<rational, 3
   const rational mass = rank_mass + weights[2] * (c.valid_tokens - c.rank_tokens);
   c.masses = std::array<rational, 3>{mass, rank_mass, microbatch_mass};
   return c;
-}
-
-enum class outcome { holds, wrong, divides_by_zero };
-
-struct judged {
-  outcome result = outcome::holds;
-  recipe_value scale;
-};
-
-// At one configuration: c/d must be 1/N (1/M) wherever the microbatch holds a token (of positive
-// weight), and c must exist.
-judged judge(const recipe& r, const count_configuration& c) {
-  judged j;
-  j.scale = r.scale.evaluate(values_of(c));
-  if (!j.scale.value) {
-    j.result = outcome::divides_by_zero;
-    return j;
-  }
-  const auto [mass, rank_mass, microbatch_mass] = masses_of(c);
-  if (microbatch_mass == 0) return j;
-  rational effective = *j.scale.value;
-  if (r.reducer == reducer_kind::mean) effective /= c.world_size;
-  rational target = 1;
-  target /= mass;
-  if (effective != target) j.result = outcome::wrong;
-  return j;
-}
-
-// A partition whose rank 0, microbatch 0 has the configuration's counts; that microbatch's tokens have
-// target 1 and all others 0 at θ = 0, so every other microbatch contributes nothing and the exposing
-// one alone decides the gradient.
-token_partition partition_for(const count_configuration& c) {
-  token_partition tokens;
-  std::vector<std::vector<token>> first(c.microbatches);
-  first[0].assign(c.microbatch_tokens, token(rational(1)));
-  for (std::uint64_t i = 0; i < c.rank_tokens - c.microbatch_tokens; ++i)
-    first[1 + i % (c.microbatches - 1)].emplace_back(rational(0));
-  tokens.ranks.push_back(std::move(first));
-  const std::uint64_t others = c.valid_tokens - c.rank_tokens;
-  for (std::uint64_t r = 1; r < c.world_size; ++r) {
-    std::vector<token> mb;
-    const std::uint64_t share = others / (c.world_size - 1) + (r - 1 < others % (c.world_size - 1) ? 1 : 0);
-    mb.assign(share, token(rational(0)));
-    tokens.ranks.push_back({mb});
-  }
-  if (c.masses) {
-    // Every token of a group weighs the group's mass over its count, so the masses are the configuration's.
-    const auto [mass, rank_mass, microbatch_mass] = *c.masses;
-    auto each = [](const rational& group_mass, std::uint64_t count) {
-      return count == 0 ? rational(0) : rational(group_mass / count);
-    };
-    const rational exposing = each(microbatch_mass, c.microbatch_tokens);
-    const rational rest_of_rank = each(rank_mass - microbatch_mass, c.rank_tokens - c.microbatch_tokens);
-    const rational other_ranks = each(mass - rank_mass, others);
-    for (std::size_t r = 0; r < tokens.ranks.size(); ++r) {
-      std::vector<std::vector<token>> rank_weights;
-      for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m) {
-        const rational& w = r > 0 ? other_ranks : m == 0 ? exposing : rest_of_rank;
-        rank_weights.emplace_back(tokens.ranks[r][m].size(), token(w));
-      }
-      tokens.weights.push_back(std::move(rank_weights));
-    }
-  }
-  return tokens;
-}
-
-recipe_counterexample expose(const recipe& r, const count_configuration& c, const judged& j) {
-  return detail::counterexample_at(r, c, j.scale, j.result == outcome::divides_by_zero, partition_for(c),
-                                   c.masses ? objective_kind::weighted_token_mean : objective_kind::token_mean);
 }
 
 // Every configuration a partition with W ≤ 4, G ≤ 3 and at most 3 tokens per microbatch can show one
@@ -156,7 +67,7 @@ integer small_scope_partitions() {
 class recipe_prover {
 public:
   recipe_prover(const recipe& r, objective_kind objective)
-      : recipe_(r), weighted_objective_(objective == objective_kind::weighted_token_mean) {}
+      : recipe_(r), scope_(detail::scope_for(r, objective)), weighted_objective_(scope_.weighted) {}
 
   proof_result run() {
     if (exhaustive_scope() || random_scope() || divisor_vanishes()) return result_;
@@ -168,13 +79,13 @@ private:
   // Keeps the first wrong and the first dividing configuration. A wrong one is kept only when its replay
   // partition is defined everywhere, so that the counterexample file shows two numbers that differ rather
   // than a division by zero elsewhere.
-  void note(const count_configuration& c, const judged& j) {
-    if (j.result == outcome::wrong && !first_wrong_) {
-      token_partition tokens = partition_for(c);
+  void note(const count_configuration& c, const detail::judged& j) {
+    if (j.result == detail::outcome::wrong && !first_wrong_) {
+      token_partition tokens = detail::partition_for(scope_, c);
       tokens.reducer = recipe_.reducer;
       if (recipe_gradient(to_partition(tokens), recipe_).value) first_wrong_.emplace(c, j);
     }
-    if (j.result == outcome::divides_by_zero && !first_zero_) first_zero_.emplace(c, j);
+    if (j.result == detail::outcome::divides_by_zero && !first_zero_) first_zero_.emplace(c, j);
   }
 
   // Settles the verdict from what was noted, if anything refutes the recipe. A wrong gradient is the
@@ -183,11 +94,11 @@ private:
     if (!first_wrong_ && !first_zero_) return false;
     if (first_wrong_) {
       result_.verdict = proof_verdict::wrong;
-      result_.counterexample = expose(recipe_, first_wrong_->first, first_wrong_->second);
-      if (first_zero_) result_.division_risk = expose(recipe_, first_zero_->first, first_zero_->second);
+      result_.counterexample = detail::expose(scope_, recipe_, first_wrong_->first, first_wrong_->second);
+      if (first_zero_) result_.division_risk = detail::expose(scope_, recipe_, first_zero_->first, first_zero_->second);
     } else {
       result_.verdict = proof_verdict::divides_by_zero;
-      result_.counterexample = expose(recipe_, first_zero_->first, first_zero_->second);
+      result_.counterexample = detail::expose(scope_, recipe_, first_zero_->first, first_zero_->second);
     }
     return true;
   }
@@ -197,7 +108,7 @@ private:
   void judge_all(const count_configuration& c) {
     if (!weighted_objective_) {
       ++judged_configurations_;
-      note(c, judge(recipe_, c));
+      note(c, detail::judge(scope_, recipe_, c));
       return;
     }
     const std::array<std::uint64_t, 3> group_tokens{c.microbatch_tokens, c.rank_tokens - c.microbatch_tokens,
@@ -213,7 +124,7 @@ private:
           const count_configuration w = weighted(c, weights);
           if ((*w.masses)[0] == 0) continue;  // M = 0 has no objective
           ++judged_configurations_;
-          note(w, judge(recipe_, w));
+          note(w, detail::judge(scope_, recipe_, w));
         }
   }
 
@@ -249,7 +160,7 @@ private:
         c = weighted(c, weights);
         if ((*c.masses)[0] == 0) c = weighted(c, {rational(1), rational(1), rational(1)});
       }
-      note(c, judge(recipe_, c));
+      note(c, detail::judge(scope_, recipe_, c));
     }
     result_.coverage += "; " + std::to_string(random_configurations) +
                         " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
@@ -271,7 +182,7 @@ private:
       }
       if (divisor.numerator)
         if (const std::optional<count_configuration> zero = zero_of(*divisor.numerator)) {
-          note(*zero, judge(recipe_, *zero));
+          note(*zero, detail::judge(scope_, recipe_, *zero));
           result_.coverage += "; the divisor " + divisor.text + " is 0 at " + describe(*zero) +
                               (single_variable_zeros(*divisor.numerator).empty()
                                    ? std::string()
@@ -313,9 +224,9 @@ private:
       for (const std::array<rational, 3>& weights : weightings)
         for (const count_configuration& counts : bases) {
           const count_configuration base = weighted_objective_ ? weighted(counts, weights) : counts;
-          for (const rational& root : detail::roots_in_domain(numerator.in_one_variable(v, values_of(base)), v))
+          for (const rational& root : detail::roots_in_domain(numerator.in_one_variable(v, detail::values_of(base)), v))
             if (const std::optional<count_configuration> at = placed(base, weights, v, root, numerator))
-              if (judge(recipe_, *at).result == outcome::divides_by_zero) return at;
+              if (detail::judge(scope_, recipe_, *at).result == detail::outcome::divides_by_zero) return at;
         }
     }
     return std::nullopt;
@@ -414,7 +325,7 @@ private:
       if (weighted_objective_)
         c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
                                            rational(value(count_variable::m_m))};
-      note(c, judge(recipe_, c));
+      note(c, detail::judge(scope_, recipe_, c));
       if (refuted()) return;
       ++points;
       if (!detail::next_point(axes, at)) break;
@@ -439,10 +350,11 @@ private:
   }
 
   const recipe& recipe_;
+  detail::group_scope scope_;
   bool weighted_objective_;
   proof_result result_;
-  std::optional<std::pair<count_configuration, judged>> first_wrong_;
-  std::optional<std::pair<count_configuration, judged>> first_zero_;
+  std::optional<std::pair<count_configuration, detail::judged>> first_wrong_;
+  std::optional<std::pair<count_configuration, detail::judged>> first_zero_;
   std::uint64_t judged_configurations_ = 0;
   std::vector<std::string> undecided_divisors_;  // neither shown nonzero everywhere nor found 0
 };
