@@ -1,6 +1,7 @@
 #pragma once
-// Deciding a recipe group by group: the part of `prove` for the objectives that count sequences or divide by a
-// declared constant, and for recipes that read a sequence count. Not part of the public API.
+// Deciding a recipe group by group, for every objective: a group is a sequence, or a microbatch that declares
+// none (under the token means, unless the recipe reads a sequence count, every group is its microbatch). The
+// scope (what the objective weighs and which names it adds) is the one parameter. Not part of the public API.
 
 #include "normcheck/recipes/prove.hpp"
 
@@ -43,10 +44,6 @@ token_partition partition_for(const group_scope& s, const count_configuration& c
 
 /// The counterexample document at `c`, judged `j`.
 recipe_counterexample expose(const group_scope& s, const recipe& r, const count_configuration& c, const judged& j);
-
-/// Whether `prove_recipe` decides `r` for `objective` here: the objective is sequence_mean, sequence_sum_mean
-/// or constant, or the recipe reads B, b_r, b_m or n_s.
-bool decided_by_groups(const recipe& r, objective_kind objective);
 
 /// Decides `r` for `objective` on every group of the scopes docs/recipes.md describes.
 proof_result prove_by_groups(const recipe& r, objective_kind objective);
