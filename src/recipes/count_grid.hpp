@@ -1,6 +1,6 @@
 #pragma once
 // The grid of count configurations `prove` walks: one axis per count variable, visited in odometer order.
-// Shared by the token-mean prover and the group prover. Not part of the public API.
+// Not part of the public API.
 
 #include "normcheck/recipes/recipe.hpp"
 

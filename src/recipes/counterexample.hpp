@@ -1,5 +1,5 @@
 #pragma once
-// The counterexample document both provers hand back: the recipe run on a partition where it is wrong or
+// The counterexample document the prover hands back: the recipe run on a partition where it is wrong or
 // divides by zero, with the objective's gradient expected, so that `normcheck check` fails it. Not part
 // of the public API.
 

@@ -26,7 +26,8 @@ constexpr std::uint64_t scope_world_size = 4;
 constexpr std::uint64_t scope_microbatches = 3;
 constexpr std::uint64_t scope_tokens = 3;     // per microbatch
 constexpr std::uint64_t scope_sequences = 3;  // per microbatch, sequences without a valid token included
-// Under the weighted objective each group sees four token groups of their own weights: a smaller scope.
+// Under the weighted objective with sequences each group sees four token groups of their own weights: a smaller
+// scope. Without sequences the group is its microbatch, and three token groups are weighed in the token scope.
 constexpr std::uint64_t weighted_world_size = 3;
 constexpr std::uint64_t weighted_microbatches = 2;
 constexpr unsigned largest_decided_degree = 12;
@@ -47,17 +48,7 @@ bool reads_sequences(const recipe& r) {
          r.scale.uses(count_variable::n_s);
 }
 
-// What the scopes hold for one recipe and objective.
-struct group_scope {
-  objective_kind objective = objective_kind::token_mean;
-  reducer_kind reducer = reducer_kind::mean;
-  bool weighted = false;   // masses beside the counts
-  bool constant = false;   // a declared normalizer C
-  bool sequences = false;  // groups may be sequences: the recipe or the objective reads them
-  bool required = false;   // every microbatch with a valid token declares sequences (the sequence objectives)
-  std::uint64_t world_size = scope_world_size;
-  std::uint64_t microbatches = scope_microbatches;
-};
+}  // namespace
 
 group_scope scope_for(const recipe& r, objective_kind objective) {
   group_scope s;
@@ -67,12 +58,13 @@ group_scope scope_for(const recipe& r, objective_kind objective) {
   s.constant = objective == objective_kind::constant;
   s.required = counts_sequences(objective);
   s.sequences = s.required || reads_sequences(r);
-  if (s.weighted) {
-    s.world_size = weighted_world_size;
-    s.microbatches = weighted_microbatches;
-  }
+  const bool four_token_groups = s.weighted && s.sequences;
+  s.world_size = four_token_groups ? weighted_world_size : scope_world_size;
+  s.microbatches = four_token_groups ? weighted_microbatches : scope_microbatches;
   return s;
 }
+
+namespace {
 
 // The variables the objective's weight of a token reads: T in 1/T.
 std::vector<count_variable> objective_variables(objective_kind objective) {
@@ -99,6 +91,8 @@ sequence_counts sequences_of(const count_configuration& c) {
   return c.sequences.value_or(sequence_counts{false, c.microbatch_tokens, 0, 0, 0});
 }
 
+}  // namespace
+
 count_values values_of(const count_configuration& c) {
   count_values v;
   const sequence_counts q = sequences_of(c);
@@ -124,6 +118,8 @@ count_values values_of(const count_configuration& c) {
   return v;
 }
 
+namespace {
+
 // Whether the group holds a token the objective weighs: a valid token, of positive weight under the weighted
 // objective. Elsewhere only the scale's existence is judged.
 bool weighs(const count_configuration& c) {
@@ -144,12 +140,7 @@ rational objective_units_at(objective_kind objective, const count_configuration&
   return rational(c.valid_tokens);
 }
 
-enum class outcome { holds, wrong, divides_by_zero };
-
-struct judged {
-  outcome result = outcome::holds;
-  recipe_value scale;
-};
+}  // namespace
 
 judged judge(const group_scope& s, const recipe& r, const count_configuration& c) {
   judged j;
@@ -164,6 +155,8 @@ judged judge(const group_scope& s, const recipe& r, const count_configuration& c
   if (effective != 1) j.result = outcome::wrong;
   return j;
 }
+
+namespace {
 
 // ---- the exhaustive scope ----
 
@@ -290,7 +283,11 @@ struct view_key_hash {
   }
 };
 
+}  // namespace
+
 // ---- the replay partition of a configuration ----
+
+namespace {
 
 // Deals `tokens` valid tokens (target 0) in `sequences` sequences with tokens over the microbatches `slots`,
 // round robin; without sequences, as plain tokens.
@@ -307,6 +304,8 @@ void deal(std::vector<std::vector<token>*> slots, std::vector<std::vector<std::s
     lengths[j % slots.size()]->push_back(length);
   }
 }
+
+}  // namespace
 
 // A partition whose rank 0, microbatch 0, first group has the configuration's counts; that group's tokens have
 // target 1 and all others 0 at θ = 0, so the group alone decides the gradient.
@@ -373,6 +372,24 @@ token_partition partition_for(const group_scope& s, const count_configuration& c
 
 recipe_counterexample expose(const group_scope& s, const recipe& r, const count_configuration& c, const judged& j) {
   return counterexample_at(r, c, j.scale, j.result == outcome::divides_by_zero, partition_for(s, c), s.objective);
+}
+
+namespace {
+
+// "0 wherever N = 777" for a divisor in one name alone, whose zeros in the domain are then all of its roots.
+std::string single_variable_zeros(const polynomial& numerator) {
+  std::optional<count_variable> only;
+  for (count_variable v : all_count_variables)
+    if (numerator.uses(v)) {
+      if (only) return "";
+      only = v;
+    }
+  if (!only) return "";
+  const std::vector<rational> roots = roots_in_domain(numerator.in_one_variable(*only, count_values{}), *only);
+  if (roots.empty()) return "";
+  std::string text = "0 wherever " + std::string(variable_name(*only)) + " = ";
+  for (std::size_t i = 0; i < roots.size(); ++i) text += (i ? " or " : "") + to_string(roots[i]);
+  return text;
 }
 
 std::string list_of(const std::vector<std::string>& items) {
@@ -511,9 +528,10 @@ private:
       text += ", each with C = " + list_of(values) + " (" + grouped(judged_configurations_) + " configurations)";
     }
     if (scope_.weighted)
-      text += ", each with the tokens of the group, of the rest of its microbatch, of the rest of its rank and of the "
-              "other ranks weighing 0, 1/2, 1 or 2 each (" + grouped(judged_configurations_) +
-              " configurations with M > 0)";
+      text += std::string(", each with the tokens of the ") +
+              (scope_.sequences ? "group, of the rest of its microbatch," : "microbatch,") +
+              " of the rest of its rank and of the other ranks weighing 0, 1/2, 1 or 2 each (" +
+              grouped(judged_configurations_) + " configurations with M > 0)";
     result_.coverage = text + "), smallest N first";
   }
 
@@ -601,7 +619,9 @@ private:
       if (divisor.numerator)
         if (const std::optional<count_configuration> zero = zero_of(*divisor.numerator)) {
           note(*zero, judge(scope_, recipe_, *zero));
-          result_.coverage += "; the divisor " + divisor.text + " is 0 at " + describe(*zero) + ", beyond the scopes";
+          const std::string everywhere = single_variable_zeros(*divisor.numerator);
+          result_.coverage += "; the divisor " + divisor.text + " is 0 at " + describe(*zero) +
+                              (everywhere.empty() ? "" : " (" + everywhere + ")") + ", beyond the scopes";
           continue;
         }
       undecided_divisors_.push_back(divisor.text);
@@ -610,7 +630,8 @@ private:
 
   // A configuration a partition can show at which `numerator` is 0 and the recipe divides by zero: solved for
   // each name it uses, the others those of the smallest configurations (one or two ranks and microbatches),
-  // then of configurations drawn as in the random scope.
+  // then of configurations drawn as in the random scope, then of one whose rank 0 holds no token (a mass
+  // below every rank's).
   std::optional<count_configuration> zero_of(const polynomial& numerator) const {
     std::vector<count_configuration> bases;
     for (std::uint64_t w = 1; w <= 2; ++w)
@@ -626,6 +647,14 @@ private:
       }
     deterministic_random random(0x9E3779B97F4A7C15ull);
     for (int i = 0; i < 256; ++i) bases.push_back(random_configuration(random));
+    count_configuration empty_rank{2, 1, 0, 0, 1, std::nullopt};
+    if (scope_.sequences) empty_rank.sequences = sequence_counts{false, 0, 1, 0, 0};
+    if (scope_.weighted) {
+      empty_rank.masses = std::array<rational, 3>{rational(1), rational(0), rational(0)};
+      empty_rank.group_mass = rational(0);
+    }
+    if (scope_.constant) empty_rank.normalizer = rational(1);
+    bases.push_back(empty_rank);
     for (const count_configuration& base : bases)
       for (count_variable v : all_count_variables) {
         if (!numerator.uses(v)) continue;
@@ -785,7 +814,7 @@ private:
       if (scope_.weighted) {
         c.masses = std::array<rational, 3>{rational(value(count_variable::M)), rational(value(count_variable::m_r)),
                                            rational(value(count_variable::m_m))};
-        c.group_mass = fraction(value(count_variable::m_m), 2);
+        if (scope_.sequences) c.group_mass = fraction(value(count_variable::m_m), 2);
       }
       if (scope_.constant) c.normalizer = rational(value(count_variable::C));
       const judged j = judge(scope_, recipe_, c);
@@ -832,10 +861,6 @@ private:
 };
 
 }  // namespace
-
-bool decided_by_groups(const recipe& r, objective_kind objective) {
-  return counts_sequences(objective) || objective == objective_kind::constant || reads_sequences(r);
-}
 
 proof_result prove_by_groups(const recipe& r, objective_kind objective) { return group_prover(r, objective).run(); }
 

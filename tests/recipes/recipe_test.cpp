@@ -221,6 +221,17 @@ TEST_CASE("a divisor neither shown nonzero nor found zero keeps the scale from b
         proof_verdict::proved);
 }
 
+TEST_CASE("the grid for all counts is capped alike under every objective") {
+  // Eight names of degree 5 under the weighted token mean: 6^8 grid points, past the cap of a million. A prover
+  // that walks that grid says proved after 1,679,616 evaluations instead.
+  const std::string sum = "(N+n_r+n_m+G+m_r+m_m+1)";
+  const proof_result result = prove_recipe(make("W/M*" + sum + "*" + sum + "*" + sum + "/(" + sum + "*" + sum + "*" + sum + ")",
+                                                reducer_kind::mean),
+                                           objective_kind::weighted_token_mean);
+  CHECK(result.verdict == proof_verdict::checked);
+  CHECK(result.coverage.find("passes 1,000,000 configurations") != std::string::npos);
+}
+
 TEST_CASE("under every declared objective a divisor that vanishes beyond the scopes is found, C included") {
   struct zero_case {
     const char* scale;

@@ -84,7 +84,9 @@ struct proof_result {
 /// Decides the recipe for `objective`: exhaustively over every shape with W ≤ 4, G ≤ 3 and counts ≤ 3
 /// (weighted: with the token weights of each group drawn from {0, 1/2, 1, 2}; with sequences: 1 to 3 of them
 /// per microbatch; constant: C from a few values), by random larger scopes, and for all counts and masses by
-/// exact evaluation on a grid large enough for the expression's degree. Throws `error(recipe_error)` for a
+/// exact evaluation on a grid large enough for the expression's degree (checked, not proved, where that grid
+/// would pass a million configurations). One prover serves every objective, each group of tokens the objective
+/// weighs alike (a sequence, or a microbatch) judged on its own. Throws `error(recipe_error)` for a
 /// weight mass under another objective than the weighted token mean, and for C under another than constant.
 proof_result prove_recipe(const recipe& r, objective_kind objective = objective_kind::token_mean);
 
