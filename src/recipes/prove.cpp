@@ -136,7 +136,15 @@ std::vector<count_configuration> small_scope() {
           const std::uint64_t rest = n - n_r;
           if (rest > (w - 1) * most_per_rank) continue;
           for (std::uint64_t n_m = 0; n_m <= std::min(n_r, scope_tokens); ++n_m)
-            if (n_r - n_m <= (g - 1) * scope_tokens) all.push_back({w, n, n_r, n_m, g, std::nullopt});
+            if (n_r - n_m <= (g - 1) * scope_tokens) {
+              // Built in place: moving a temporary's empty optionals makes GCC 12 warn of uninitialized reads.
+              count_configuration& c = all.emplace_back();
+              c.world_size = w;
+              c.valid_tokens = n;
+              c.rank_tokens = n_r;
+              c.microbatch_tokens = n_m;
+              c.microbatches = g;
+            }
         }
   return all;
 }
