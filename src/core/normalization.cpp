@@ -1,5 +1,6 @@
 #include "normcheck/core/normalization.hpp"
 
+#include "normcheck/core/counts.hpp"
 #include "normcheck/core/exact_sum.hpp"
 
 #include <algorithm>
@@ -20,20 +21,13 @@ rational reducer_compensation(const objective_units& units) {
   return units.update().reducer == reducer_kind::mean ? rational(units.world_size()) : rational(1);
 }
 
-// Valid tokens plus padded positions of the whole update.
-std::uint64_t positions(const partition& update) {
-  std::uint64_t total = 0;
-  for (const rank_stats& rank : update.ranks) total += rank.valid_tokens() + rank.padding();
-  return total;
-}
-
 // The rows of the update: its sequences that hold a valid token, a microbatch without sequences counting as
 // one row when it holds one.
 std::uint64_t rows(const partition& update) {
   std::uint64_t total = 0;
   for (const rank_stats& rank : update.ranks)
     for (const microbatch_stats& m : rank.microbatches)
-      total += m.sequences ? m.sequence_count() : (m.valid_tokens > 0 ? 1 : 0);
+      total = add_counts(total, m.sequences ? m.sequence_count() : (m.valid_tokens > 0 ? 1 : 0));
   return total;
 }
 
@@ -89,15 +83,16 @@ std::optional<rational> per_microbatch_empty_counted(const objective_units& unit
 
 std::optional<rational> positions_counted(const objective_units& units, const group_ref&) {
   const partition& update = units.update();
-  if (units.objective() != objective_kind::token_mean || positions(update) == update.valid_tokens()) return std::nullopt;
-  rational c = reducer_compensation(units) / rational(positions(update));
+  if (units.objective() != objective_kind::token_mean || update.padding() == 0) return std::nullopt;
+  rational c = reducer_compensation(units) / rational(update.positions());
   return c;
 }
 
 std::optional<rational> labels_before_shift(const objective_units& units, const group_ref&) {
   const partition& update = units.update();
   if (units.objective() != objective_kind::token_mean) return std::nullopt;
-  rational c = reducer_compensation(units) / rational(update.valid_tokens() + rows(update));
+  // N + rows can pass max_count (every row holds a token): added as rationals.
+  rational c = reducer_compensation(units) / (rational(update.valid_tokens()) + rows(update));
   return c;
 }
 
@@ -138,7 +133,7 @@ std::optional<rational> per_sequence_positions(const objective_units& units, con
   const microbatch_stats& microbatch = units.update().ranks[at.rank].microbatches[at.microbatch];
   if (!token_units(units) || !microbatch.sequences) return std::nullopt;
   const group_stats& sequence = (*microbatch.sequences)[at.group];
-  const std::uint64_t length = sequence.valid_tokens + sequence.padding;
+  const std::uint64_t length = add_counts(sequence.valid_tokens, sequence.padding);
   if (length == 0) return rational(0);
   rational c = rational(1) / length;
   return c;

@@ -1,5 +1,6 @@
 #include "normcheck/core/partition.hpp"
 
+#include "normcheck/core/counts.hpp"
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/names.hpp"
 
@@ -80,8 +81,8 @@ microbatch_stats make_sequenced_microbatch(std::vector<group_stats> sequences) {
   tree_sum weighted_abs_sum;
   bool weighted = false;
   for (const group_stats& s : sequences) {
-    microbatch.valid_tokens += s.valid_tokens;
-    microbatch.padding += s.padding;
+    microbatch.valid_tokens = add_counts(microbatch.valid_tokens, s.valid_tokens);
+    microbatch.padding = add_counts(microbatch.padding, s.padding);
     if (!s.sums) continue;
     sum.add(s.target_sum());
     abs_sum.add(s.target_abs_sum());
@@ -101,7 +102,7 @@ microbatch_stats make_sequenced_microbatch(std::vector<group_stats> sequences) {
 
 std::uint64_t rank_stats::sequence_count() const {
   std::uint64_t total = 0;
-  for (const microbatch_stats& m : microbatches) total += m.sequence_count();
+  for (const microbatch_stats& m : microbatches) total = add_counts(total, m.sequence_count());
   return total;
 }
 
@@ -123,13 +124,13 @@ rational partition::mass() const {
 
 std::uint64_t rank_stats::valid_tokens() const {
   std::uint64_t total = 0;
-  for (const microbatch_stats& m : microbatches) total += m.valid_tokens;
+  for (const microbatch_stats& m : microbatches) total = add_counts(total, m.valid_tokens);
   return total;
 }
 
 std::uint64_t rank_stats::padding() const {
   std::uint64_t total = 0;
-  for (const microbatch_stats& m : microbatches) total += m.padding;
+  for (const microbatch_stats& m : microbatches) total = add_counts(total, m.padding);
   return total;
 }
 
@@ -149,14 +150,14 @@ rational rank_stats::weighted_target_sum() const {
 
 std::uint64_t partition::sequence_count() const {
   std::uint64_t total = 0;
-  for (const rank_stats& r : ranks) total += r.sequence_count();
+  for (const rank_stats& r : ranks) total = add_counts(total, r.sequence_count());
   return total;
 }
 
 std::uint64_t partition::group_count() const {
   std::uint64_t total = 0;
   for (const rank_stats& r : ranks)
-    for (const microbatch_stats& m : r.microbatches) total += m.group_count();
+    for (const microbatch_stats& m : r.microbatches) total = add_counts(total, m.group_count());
   return total;
 }
 
@@ -169,9 +170,17 @@ bool partition::has_sequences() const {
 
 std::uint64_t partition::valid_tokens() const {
   std::uint64_t total = 0;
-  for (const rank_stats& r : ranks) total += r.valid_tokens();
+  for (const rank_stats& r : ranks) total = add_counts(total, r.valid_tokens());
   return total;
 }
+
+std::uint64_t partition::padding() const {
+  std::uint64_t total = 0;
+  for (const rank_stats& r : ranks) total = add_counts(total, r.padding());
+  return total;
+}
+
+std::uint64_t partition::positions() const { return add_counts(valid_tokens(), padding()); }
 
 rational loss_gradient_sum(const group_stats& group, const rational& theta) {
   rational sum = theta * group.mass();
@@ -209,7 +218,7 @@ void microbatch_builder::add_token(const rational& target) {
 
 void microbatch_builder::add_tokens(const rational& target, std::uint64_t count) {
   if (count == 0) return;
-  valid_tokens_ += count;
+  valid_tokens_ = add_counts(valid_tokens_, count);
   rational total = target * count;
   if (total < 0) {
     rational magnitude = -total;

@@ -1,5 +1,6 @@
 #include "normcheck/documents/partition_reader.hpp"
 
+#include "normcheck/core/counts.hpp"
 #include "normcheck/core/utf8.hpp"
 
 #include "token_pool.hpp"
@@ -377,6 +378,16 @@ private:
                  offset);
   }
 
+  // Adds a group's positions to the update's, failing at the group that passes max_count: every count the
+  // update sums later (N, P, nᵣ, B, the positions) is then within it.
+  void tally(const group_stats& group, std::uint64_t offset) {
+    try {
+      positions_ = add_counts(positions_, add_counts(group.valid_tokens, group.padding));
+    } catch (const error& e) {
+      json_.fail(e.code(), e.message(), offset);
+    }
+  }
+
   // A microbatch: a token array (the hot path, possibly handed to a worker), a compact group, or sequences.
   microbatch_stats read_microbatch(std::string_view what) {
     const std::uint64_t offset = json_.value_offset();
@@ -453,6 +464,7 @@ private:
     if (*count > 0) builder.add_tokens(*value, *count);
     builder.add_padding(padding);
     microbatch_stats stats = builder.finish();
+    tally(stats, offset);
     if (stats.sums) {
       budget_.note_kept(stats.sums->sum, json_, value_offset);
       budget_.note_kept(stats.sums->abs_sum, json_, value_offset);
@@ -472,6 +484,7 @@ private:
       const std::optional<std::uint64_t> close = detail::token_array_end(json_, text_, offset);
       if (close && *close - offset >= parallel_array_bytes) {
         pooled_ticket_ = pool_->add(offset, *close);
+        pooled_offset_ = offset;
         json_.skip_to(*close + 1);
         return {};  // filled in by collect_pooled
       }
@@ -500,6 +513,7 @@ private:
       }
     }
     microbatch_stats stats = builder.finish();
+    tally(stats, offset);
     if (stats.sums) {  // what the microbatch keeps: its sums (an empty one keeps none)
       budget_.note_kept(stats.sums->sum, json_, offset);
       budget_.note_kept(stats.sums->abs_sum, json_, offset);
@@ -553,7 +567,7 @@ private:
   // A token array handed to the pool stands in `rank` as an empty microbatch until collect_pooled.
   void note_pooled(const rank_stats& rank) {
     if (!pooled_ticket_) return;
-    pooled_.push_back({file_.update.ranks.size(), rank.microbatches.size() - 1, *pooled_ticket_});
+    pooled_.push_back({file_.update.ranks.size(), rank.microbatches.size() - 1, *pooled_ticket_, pooled_offset_});
     pooled_ticket_.reset();
   }
 
@@ -564,6 +578,7 @@ private:
     if (!pool_->finish()) throw read_sequentially{};
     for (const pooled_array& array : pooled_) {
       microbatch_stats stats = pool_->take(array.ticket);
+      tally(stats, array.offset);
       if (stats.sums) {
         budget_.note_kept(stats.sums->sum, json_, 0);
         budget_.note_kept(stats.sums->abs_sum, json_, 0);
@@ -580,15 +595,18 @@ private:
     std::size_t rank;
     std::size_t microbatch;
     std::size_t ticket;
+    std::uint64_t offset;
   };
 
   field_reader json_;
   std::string_view text_;
   std::unique_ptr<detail::token_pool> pool_;
   std::optional<std::size_t> pooled_ticket_;
+  std::uint64_t pooled_offset_ = 0;
   std::vector<pooled_array> pooled_;
   exact_budget budget_;
   std::uint64_t groups_ = 0;  // microbatches and sequences read so far
+  std::uint64_t positions_ = 0;  // valid tokens and padding read so far
   std::optional<std::uint64_t> objective_offset_;
   std::optional<std::uint64_t> normalizer_offset_;
   partition_file file_;

@@ -1,5 +1,7 @@
 #include "normcheck/documents/scenario.hpp"
 
+#include "normcheck/core/counts.hpp"
+
 #include "scenario_reader.hpp"
 
 #include <algorithm>
@@ -8,13 +10,13 @@ namespace normcheck {
 
 std::uint64_t rank_batch::valid_tokens() const {
   std::uint64_t total = 0;
-  for (const microbatch_moments& m : microbatches) total += m.valid_tokens;
+  for (const microbatch_moments& m : microbatches) total = add_counts(total, m.valid_tokens);
   return total;
 }
 
 std::uint64_t step_batch::valid_tokens() const {
   std::uint64_t total = 0;
-  for (const rank_batch& r : ranks) total += r.valid_tokens();
+  for (const rank_batch& r : ranks) total = add_counts(total, r.valid_tokens());
   return total;
 }
 

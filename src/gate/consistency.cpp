@@ -1,5 +1,6 @@
 #include "normcheck/gate/consistency.hpp"
 
+#include "normcheck/core/counts.hpp"
 #include "normcheck/io/text.hpp"
 
 #include <algorithm>
@@ -24,8 +25,7 @@ std::string divisor_mistake(const partition& update, std::size_t r, std::size_t 
   const bool weighted = update.objective == objective_kind::weighted_token_mean;
   const rank_stats& rank = update.ranks[r];
   const microbatch_stats& microbatch = rank.microbatches[m];
-  std::uint64_t padding = 0;
-  for (const rank_stats& each : update.ranks) padding += each.padding();
+  const std::uint64_t padding = update.padding();
   const std::string n = weighted ? "mᵣ" : "nᵣ";
   if (divisor == rank.mass() && update.world_size() > 1)
     return "it is the rank's own " + std::string(weighted ? "weight mass" : "count") + " " + n + " = " +
@@ -35,9 +35,9 @@ std::string divisor_mistake(const partition& update, std::size_t r, std::size_t 
   if (divisor == microbatch.mass() && rank.microbatches.size() > 1)
     return "it is the microbatch's own " + std::string(weighted ? "mass" : "count") + " " + on_screen(microbatch.mass()) +
            ": every microbatch then weighs the same whatever its count (microbatch_mean)";
-  if (!weighted && padding > 0 && divisor == rational(update.valid_tokens() + padding))
+  if (!weighted && padding > 0 && divisor == rational(update.positions()))
     return "it counts the " + std::to_string(padding) + " padding positions of the update (count_padding)";
-  if (!weighted && rank.padding() > 0 && divisor == rational(rank.valid_tokens() + rank.padding()))
+  if (!weighted && rank.padding() > 0 && divisor == rational(add_counts(rank.valid_tokens(), rank.padding())))
     return "it is the rank's own positions, padding included";
   if (weighted && divisor == rational(update.valid_tokens()))
     return "it is the valid-token count N, not the weight mass (count_denominator)";
@@ -117,8 +117,7 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   const std::uint64_t valid_tokens = update.valid_tokens();
   if (observed.global_tokens && *observed.global_tokens != valid_tokens) {
     const std::uint64_t reported = *observed.global_tokens;
-    std::uint64_t padding = 0;
-    for (const rank_stats& rank : update.ranks) padding += rank.padding();
+    const std::uint64_t padding = update.padding();
     const auto difference = static_cast<std::int64_t>(reported) - static_cast<std::int64_t>(valid_tokens);
     std::string problem = "the global denominator is " + std::to_string(reported) + " but the update holds N = " +
                           std::to_string(valid_tokens) + " valid tokens: ";

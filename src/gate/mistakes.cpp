@@ -98,10 +98,9 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
                          " was multiplied instead of divided"});
   factors.push_back({"objective/" + n, 1 / total_mass, "the objective's gradient divided by " + n,
                      std::string(weighted ? "the weight mass" : "the token count") + " was divided out twice"});
-  std::uint64_t padding = 0;
-  for (const rank_stats& rank : update.ranks) padding += rank.padding();
+  const std::uint64_t padding = update.padding();
   if (!weighted && padding > 0) {
-    const std::uint64_t positions = update.valid_tokens() + padding;
+    const std::uint64_t positions = update.positions();
     factors.push_back({"count_padding", rational(update.valid_tokens()) / rational(positions),
                        "the loss sum divided by the " + std::to_string(positions) +
                            " positions of the update, padding included, instead of its N = " +

@@ -6,6 +6,7 @@
 
 #include "core/deterministic_random.hpp"
 
+#include "normcheck/core/counts.hpp"
 #include "normcheck/core/errors.hpp"
 #include "normcheck/documents/field_reader.hpp"
 
@@ -191,9 +192,9 @@ void structural_coincidences(const update_counts& counts, suggestion& s) {
   std::vector<std::uint64_t> rank_tokens;
   for (const std::vector<std::uint64_t>& rank : counts) {
     std::uint64_t total = 0;
-    for (std::uint64_t n : rank) total += n;
+    for (std::uint64_t n : rank) total = add_counts(total, n);
     rank_tokens.push_back(total);
-    valid_tokens += total;
+    valid_tokens = add_counts(valid_tokens, total);
   }
   std::vector<std::vector<rational>> zeros;
   for (const std::vector<std::uint64_t>& rank : counts) zeros.emplace_back(rank.size(), rational(0));
@@ -387,7 +388,7 @@ update_counts read_counts(std::string_view text, std::string source, const reade
                       " microbatches over all ranks, the limit of suggest --counts",
                   in.value_offset());
         rank.push_back(in.integer("each microbatch's count", 0, counts_max_tokens, error_code::limit_exceeded));
-        total += rank.back();
+        total = add_counts(total, rank.back());
         if (total > counts_max_tokens)
           in.fail(error_code::limit_exceeded,
                   "the counts add up to more than " + std::to_string(counts_max_tokens) + " valid tokens", count_offset);

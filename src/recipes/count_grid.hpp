@@ -37,9 +37,14 @@ inline bool next_point(const std::vector<count_axis>& axes, std::vector<std::uin
 }
 
 /// A count in digits grouped by thousands, as the coverage lines print it: "50,386,860".
-inline std::string grouped(std::string digits) {
-  for (std::size_t at = digits.size(); at > 3; at -= 3) digits.insert(at - 3, ",");
-  return digits;
+inline std::string grouped(const std::string& digits) {
+  std::string out;
+  out.reserve(digits.size() + digits.size() / 3);
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 inline std::string grouped(std::uint64_t value) { return grouped(std::to_string(value)); }

@@ -4,6 +4,7 @@
 /// rank, to the microbatches accumulated into the update. The model keeps per microbatch exactly the
 /// sums the gradients need, not the tokens, so a reader can build it without storing tokens.
 
+#include "normcheck/core/counts.hpp"
 #include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/rational.hpp"
 
@@ -167,6 +168,10 @@ struct partition {
   std::uint64_t world_size() const { return ranks.size(); }
   /// N: valid tokens of the whole update.
   std::uint64_t valid_tokens() const;
+  /// P: padded positions of the whole update.
+  std::uint64_t padding() const;
+  /// N + P: every position of the update.
+  std::uint64_t positions() const;
   /// M: the weight mass of the whole update (N without weights).
   rational mass() const;
   /// B: the update's declared sequences that hold a valid token.
@@ -214,7 +219,7 @@ public:
   /// Adds a position that holds no valid token.
   void add_padding() { ++padding_; }
   /// Adds `count` positions that hold no valid token.
-  void add_padding(std::uint64_t count) { padding_ += count; }
+  void add_padding(std::uint64_t count) { padding_ = add_counts(padding_, count); }
   /// The microbatch's statistics.
   microbatch_stats finish() const;
 
