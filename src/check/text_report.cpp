@@ -16,13 +16,9 @@ void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
 
 void print_rejection(std::ostream& out, const file_report& report) {
   const error& e = *report.rejection;
-  if (report.status != file_status::error) {  // rejected as expected; a fail when that is no verdict (--require-gate)
-    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file)
-        << "\n      rejected as expected: " << printable(describe(e), true) << "\n";
-    print_lines(out, report.failures);
-    return;
-  }
-  out << "ERROR " << printable(describe(e), true) << "\n";
+  print_text_line(out, report);
+  // Rejected as expected: a pass, or a fail when that is no verdict (--require-gate).
+  if (report.status != file_status::error) out << "      rejected as expected: " << printable(describe(e), true) << "\n";
   print_lines(out, report.failures);
 }
 
@@ -34,14 +30,14 @@ void print_text(std::ostream& out, const file_report& report) {
     return;
   }
   if (!report.document) {
-    out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file) << "\n";
+    print_text_line(out, report);
     print_lines(out, report.details);
     print_lines(out, report.failures);
     return;
   }
   const partition_file& document = *report.document;
   const partition& update = document.update;
-  out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file) << "\n";
+  print_text_line(out, report);
   if (!document.description.empty()) out << "      " << printable(document.description) << "\n";
   const bool weighted = update.objective == objective_kind::weighted_token_mean;
   out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer) << ", θ = "
