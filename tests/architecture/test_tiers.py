@@ -15,18 +15,15 @@ caught. Exit status 0 when the tiers hold, 1 otherwise. Standard library only.
 import argparse
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+from suite_labels import labels_of  # noqa: E402  (tests/suite_labels.py reads the same listing)
+
 HEAVY = ("torch", "venv", "browser")
-
-
-def labels_of(test):
-    for prop in test.get("properties", []):
-        if prop.get("name") == "LABELS":
-            return list(prop.get("value", []))
-    return []
 
 
 def selects(preset, labels):
