@@ -82,6 +82,12 @@ class _Seen:
         self.log_softmax = 0
         self.inside = False  # the probe's handler is running: its own call of the loss is not a loss
         self.mode: Any = None  # the step's TorchFunctionMode, where there is one
+        self.notes: List[str] = []  # where a loss no route takes was computed, and how to route it
+
+    def note(self, text: Optional[str]) -> None:
+        """Keeps ``text`` (once) for the message of a step that saw no loss."""
+        if text is not None and text not in self.notes:
+            self.notes.append(text)
 
 
 if has_function_mode():

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
+from .. import _probe_routes as routes
 from ..probe import Probe, ProbeError
 from . import transformers as hf
 
@@ -99,8 +100,10 @@ class ProbedPolicyLoss:
             clear = getattr(self.probe, "clear_sequences", None)
             if callable(clear):
                 clear()
-        # d(−min(r·A, clip(r)·A))/dA = −1 at r = 1: the token's loss gains exactly p·(−y).
-        return self.compute_loss(model, {**inputs, "advantages": advantages - term})
+        # d(−min(r·A, clip(r)·A))/dA = −1 at r = 1: the token's loss gains exactly p·(−y). The fused head's
+        # log-probabilities are left alone: their gradients are the policy loss's slopes, not weights.
+        with routes.without_output_route(self.probe):
+            return self.compute_loss(model, {**inputs, "advantages": advantages - term})
 
 
 def _refuse_unmeasurable(trainer: Any) -> None:
