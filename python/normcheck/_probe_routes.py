@@ -41,7 +41,7 @@ _CHUNK = 4096  # positions per block when recomputing a fused kernel's loss
 
 def log_probs(probe: "Probe", values: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
               sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``values`` (selected log-probabilities, shaped like ``labels``) with the probe term of −log p on valid tokens."""
+    """``values`` (selected log-probabilities, shaped like ``labels``) plus the term of −log p on valid tokens."""
     return probe.add(values.neg(), labels, ignore_index=ignore_index, sequence_ids=sequence_ids).neg()
 
 
@@ -131,7 +131,7 @@ _quiet: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 @contextlib.contextmanager
 def without_output_route(probe: "Probe") -> Iterator[None]:
-    """While the block runs, ``probed_output`` leaves this probe's module outputs alone (the loss is routed elsewhere)."""
+    """While the block runs, ``probed_output`` leaves this probe's outputs alone (the loss is routed elsewhere)."""
     _quiet.add(probe)
     try:
         yield

@@ -547,7 +547,7 @@ class Probe:
 
     def log_probs(self, values: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
                   sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Selected log-probabilities (shaped like ``labels``) with the probe term of their loss −log p on valid tokens."""
+        """Selected log-probabilities (shaped like ``labels``) plus the term of their loss −log p on valid tokens."""
         return routes.log_probs(self, values, labels, ignore_index, sequence_ids)
 
     def fused_loss(self, loss: torch.Tensor, hidden_states: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
@@ -658,6 +658,10 @@ class Probe:
                      "nll_loss, as a hand-written loss or transformers' LabelSmoother (label_smoothing_factor > 0) "
                      "does: for the probed step use cross_entropy(..., label_smoothing=ε), which is the same "
                      "loss, or add the per-token losses with probe.add")
+        if self._seen.selected:
+            text += (f". The step selected values with gather or take_along_dim {self._seen.selected} time(s), as a "
+                     "loss of selected log-probabilities does (TRL's selective_log_softmax): pass them through "
+                     "probe.log_probs(values, labels) before the loss is formed")
         return text
 
     def dump(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,

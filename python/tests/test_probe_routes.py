@@ -8,6 +8,7 @@ weights: −(a group's valid tokens)/N for a token mean over N valid tokens.
 """
 
 import contextlib
+import re
 
 import pytest
 
@@ -16,6 +17,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import invisible  # noqa: E402
+from normcheck import _probe_capture as capture  # noqa: E402
 from normcheck import _probe_routes as routes  # noqa: E402
 from normcheck.torch import Probe, ProbeError  # noqa: E402
 
@@ -177,6 +179,25 @@ def test_an_output_of_log_probs_without_a_mask_is_named_when_no_loss_is_seen(tmp
         loss.backward()
     with pytest.raises(ProbeError, match=r"saw no loss.*log_probs and no logits.*probe\.log_probs"):
         probe.judge()
+
+
+def logsumexp_selected(model, x, labels, probe):
+    """Selected log-probabilities without log_softmax, as TRL's selective_log_softmax computes them in float32."""
+    logits = model(x)
+    logp = logits.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    return -valid_mean(logp, labels)
+
+
+def test_a_loss_of_selected_log_probabilities_names_gather_and_probe_log_probs(tmp_path):
+    model = Head()
+    probe = Probe(model, sites=None, directory=str(tmp_path))
+    x, labels = batch()
+    with probe.step():
+        logsumexp_selected(model, x, labels, probe).backward()
+    with pytest.raises(ProbeError, match="saw no loss") as raised:
+        probe.judge()
+    if capture.has_function_mode():  # torch 1.13 has no TorchFunctionMode to see a gather with
+        assert re.search(r"gather or take_along_dim 1 time.*probe\.log_probs", str(raised.value)), str(raised.value)
 
 
 def test_wrap_false_leaves_a_fused_head_s_output_to_the_caller():

@@ -42,7 +42,8 @@ from .. import _probe_routes as routes
 from ..probe import Probe, ProbeError
 from . import transformers as hf
 
-__all__ = ["MEASURABLE", "NormcheckCallback", "ProbedPolicyLoss", "ProbedPreferenceLoss", "attach", "declared_objective"]
+__all__ = ["MEASURABLE", "NormcheckCallback", "ProbedPolicyLoss", "ProbedPreferenceLoss", "attach",
+           "declared_objective"]
 
 NormcheckCallback = hf.NormcheckCallback
 
