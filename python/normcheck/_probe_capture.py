@@ -48,6 +48,8 @@ _SIGNATURES = {name: inspect.signature(function) for name, function in _ORIGINAL
 # Functions a loss computed without cross_entropy or nll_loss typically goes through (transformers'
 # LabelSmoother: log_softmax, then gather): noted so that "no loss seen" can say what the step did.
 _LOG_SOFTMAX = {F.log_softmax, torch.log_softmax, torch.Tensor.log_softmax}
+# Functions that select one value per position (log-probabilities of the labels, as TRL's selective_log_softmax).
+_SELECTS = {torch.gather, torch.Tensor.gather, torch.take_along_dim, torch.Tensor.take_along_dim}
 
 
 _PARAMETERS = {name: [(p.name, p.default) for p in signature.parameters.values()]
@@ -80,8 +82,15 @@ class _Seen:
 
     def __init__(self) -> None:
         self.log_softmax = 0
+        self.selected = 0  # gather and take_along_dim calls the step's mode saw
         self.inside = False  # the probe's handler is running: its own call of the loss is not a loss
         self.mode: Any = None  # the step's TorchFunctionMode, where there is one
+        self.notes: List[str] = []  # where a loss no route takes was computed, and how to route it
+
+    def note(self, text: Optional[str]) -> None:
+        """Keeps ``text`` (once) for the message of a step that saw no loss."""
+        if text is not None and text not in self.notes:
+            self.notes.append(text)
 
 
 if has_function_mode():
@@ -102,6 +111,8 @@ if has_function_mode():
             if name is None:
                 if func in _LOG_SOFTMAX:
                     self.seen.log_softmax += 1
+                elif func in _SELECTS:
+                    self.seen.selected += 1
                 return func(*args, **(kwargs or {}))
             return _handled(self.handler, self.seen, name, func, bind(name, args, kwargs or {}))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Literal, Tuple, Union, get_args
 
-__all__ = ["Objective", "Reducer", "CaptureMode", "FloatDtype", "Dtype", "OBJECTIVES", "REDUCERS", "CAPTURE_MODES",
-           "FLOAT_DTYPES", "DTYPES", "Number"]
+__all__ = ["Objective", "Reducer", "CaptureMode", "FloatDtype", "Dtype", "Reduction", "OBJECTIVES", "REDUCERS",
+           "CAPTURE_MODES", "FLOAT_DTYPES", "DTYPES", "REDUCTIONS", "Number"]
 
 Objective = Literal["token_mean", "weighted_token_mean", "sequence_mean", "sequence_sum_mean", "constant"]
 """What a step claims to compute, as normcheck names it (``constant`` divides by a given normalizer)."""
@@ -22,6 +22,8 @@ FloatDtype = Literal["float64", "float32", "bfloat16", "float16"]
 """A floating dtype by its name: of a gradient, a loss or a reduction."""
 Dtype = Literal["float64", "float32", "bfloat16", "float16", "exact"]
 """What a normcheck/1 document's numbers were computed in (``exact``: rationals)."""
+Reduction = Literal["mean", "sum", "none"]
+"""How a loss function reduces its per-token losses, as torch's ``reduction=`` names it."""
 
 Number = Union[int, float, Fraction, str]
 """A number an option takes (a normalizer, a divisor): exact unless it is a float; a string is a literal."""
@@ -31,3 +33,4 @@ REDUCERS: Tuple[Reducer, ...] = get_args(Reducer)
 CAPTURE_MODES: Tuple[CaptureMode, ...] = get_args(CaptureMode)
 FLOAT_DTYPES: Tuple[FloatDtype, ...] = get_args(FloatDtype)
 DTYPES: Tuple[Dtype, ...] = get_args(Dtype)
+REDUCTIONS: Tuple[Reduction, ...] = get_args(Reduction)

@@ -15,7 +15,9 @@ the ranks' shards of p.grad together.
 Two ways in: ``probe.add(per_token_loss, labels)`` where the step computes per-token losses itself,
 and ``with probe.step():``, which captures ``cross_entropy`` and ``nll_loss`` for the duration of the
 step (through a TorchFunctionMode on torch 2, by replacing the functions on torch 1.13), so that a
-loss computed inside an unmodified model is probed.
+loss computed inside an unmodified model is probed. Losses built otherwise take the routes of
+``_probe_routes``: ``probe.log_probs`` for selected log-probabilities, a fused LM head's ``log_probs``
+output (routed by the forward hook), ``probe.fused_loss`` for a kernel that returns only its loss.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch import nn
 
 from . import _probe_capture as capture
 from . import _probe_gather as gather
+from . import _probe_routes as routes
 from . import dump
 from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, install, keep_out_of_checkpoints,
                              own_bucket_dtype, register_inputs_hook, route)
@@ -38,7 +41,7 @@ from ._probe_record import DividedBy, ProbeError
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import NormcheckFailure, Verdict
 from .collectives import record_collectives
-from .options import CAPTURE_MODES, OBJECTIVES, CaptureMode, FloatDtype, Number, Objective, Reducer
+from .options import CAPTURE_MODES, OBJECTIVES, CaptureMode, FloatDtype, Number, Objective, Reducer, Reduction
 from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas
 
 __all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
@@ -290,6 +293,12 @@ class Probe:
                 self._ddp = weakref.ref(ddp)
             if ddp.require_backward_grad_sync:
                 self._sync_forward = True
+        if self._active:  # a fused LM head's log-probabilities carry the loss: the term goes on them
+            probed = routes.probed_output(self, output)
+            if probed is None:
+                self._seen.note(routes.output_note(output))
+            else:
+                output = probed
         # Every forward, judged or not, routes p through the output with a gradient of exactly 0: a reducer that
         # waits for every parameter it holds (DDP without find_unused_parameters, the Trainer's choice under
         # gradient checkpointing) would otherwise never all-reduce the bucket holding p, and so leave the model's
@@ -536,6 +545,18 @@ class Probe:
         term = self._per_position(components, magnitudes, witnessed)
         return per_token_loss + term.to(device=per_token_loss.device, dtype=per_token_loss.dtype).view(per_token_loss.shape)
 
+    def log_probs(self, values: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
+                  sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Selected log-probabilities (shaped like ``labels``) plus the term of their loss −log p on valid tokens."""
+        return routes.log_probs(self, values, labels, ignore_index, sequence_ids)
+
+    def fused_loss(self, loss: torch.Tensor, hidden_states: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                   *, bias: Optional[torch.Tensor] = None, ignore_index: int = -100,
+                   reduction: Reduction = "mean") -> torch.Tensor:
+        """A fused linear cross-entropy's loss plus the probe term, reduced as ``reduction`` says (checked)."""
+        return routes.fused_loss(self, loss, hidden_states, weight, labels, bias=bias, ignore_index=ignore_index,
+                                 reduction=reduction)
+
     def _loss(self, name: str, original: Callable[..., torch.Tensor], arguments: Dict[str, Any]) -> torch.Tensor:
         """A captured cross_entropy or nll_loss: torch's value, plus the probe term reduced as torch reduces."""
         loss = original(**arguments)
@@ -591,7 +612,8 @@ class Probe:
     def step(self, wrap: bool = True) -> Iterator["Probe"]:
         """Context manager for one step: captures cross_entropy and nll_loss, then the probe's gradient.
 
-        ``wrap=False`` leaves the losses alone, for a step that calls ``probe.add`` itself.
+        ``wrap=False`` leaves the losses alone (and a fused LM head's output), for a step that calls
+        ``probe.add`` or ``probe.log_probs`` itself.
 
         Inside it, ``torch.nn.functional.cross_entropy`` and ``nll_loss`` (and ``nn.CrossEntropyLoss``,
         ``nn.NLLLoss``) keep the caller's reduction, ignore_index, weight and label_smoothing and gain
@@ -611,7 +633,8 @@ class Probe:
                 setattr(torch.nn.utils, name, guarded)
         self._active = True
         try:
-            with (capture.loss_capture(self._loss, self._seen, self.module) if wrap else contextlib.nullcontext()):
+            with (capture.loss_capture(self._loss, self._seen, self.module) if wrap
+                  else routes.without_output_route(self)):
                 yield self
             if self._pending:
                 self._capture("the end of probe.step()")
@@ -628,11 +651,17 @@ class Probe:
         text = ("the probe saw no loss this step: compute it inside `with probe.step():` with "
                 "torch.nn.functional.cross_entropy or nll_loss (or nn.CrossEntropyLoss), or pass per-token "
                 "losses through probe.add(...)")
+        for note in self._seen.notes:
+            text += ". " + note[0].upper() + note[1:]
         if self._seen.log_softmax:
             text += (f". The step called log_softmax {self._seen.log_softmax} time(s) without cross_entropy or "
                      "nll_loss, as a hand-written loss or transformers' LabelSmoother (label_smoothing_factor > 0) "
                      "does: for the probed step use cross_entropy(..., label_smoothing=ε), which is the same "
                      "loss, or add the per-token losses with probe.add")
+        if self._seen.selected:
+            text += (f". The step selected values with gather or take_along_dim {self._seen.selected} time(s), as a "
+                     "loss of selected log-probabilities does (TRL's selective_log_softmax): pass them through "
+                     "probe.log_probs(values, labels) before the loss is formed")
         return text
 
     def dump(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,

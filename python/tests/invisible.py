@@ -2,8 +2,9 @@
 
 A step runs twice from identical state, once unprobed and once probed; ``record`` takes, after each
 run's backward, the loss values and every model parameter's gradient, then runs the optimizer and
-takes the parameters it left. ``differences`` lists every value that is not bitwise the same (a
-worker process returns that list), ``assert_invisible`` raises naming them.
+takes the parameters it left (``trained`` takes the same of a ``transformers.Trainer``'s run).
+``differences`` lists every value that is not bitwise the same (a worker process returns that list),
+``assert_invisible`` raises naming them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,27 @@ def record(losses: Sequence[torch.Tensor], model: nn.Module, optimizer: Any = No
         optimizer.step()
         outcome["parameters"] = {name: q.detach().clone() for name, q in named}
     return outcome
+
+
+def trained(trainer: Any, probe: Any = None) -> Dict[str, Any]:
+    """``trainer.train()`` recorded as ``record`` records a step: the run's training loss, the model's gradients
+    as the optimizer receives them (at ``on_pre_optimizer_step`` of the first step, after clipping) and the
+    parameters the run leaves. ``probe``: the probe attached to ``trainer.model``, if any."""
+    import transformers
+
+    taken: Dict[str, Any] = {}
+
+    class Take(transformers.TrainerCallback):  # type: ignore[misc]
+        def on_pre_optimizer_step(self, *arguments: Any, **kwargs: Any) -> None:
+            if not taken:
+                taken.update(record([], trainer.model, None, probe))
+
+    trainer.add_callback(Take())
+    output = trainer.train()
+    taken["losses"] = [torch.tensor(float(output.training_loss), dtype=torch.float64)]
+    taken["parameters"] = {name: q.detach().clone() for name, q in trainer.model.named_parameters()
+                           if probe is None or not probe.is_probe(q)}
+    return taken
 
 
 def differences(unprobed: Dict[str, Any], probed: Dict[str, Any]) -> List[str]:

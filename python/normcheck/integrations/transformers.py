@@ -100,7 +100,8 @@ class NormcheckCallback(TrainerCallback):
 
     ``step`` is the optimizer step to judge, counted from 0 as ``state.global_step`` counts it.
     ``raise_on_failure``: raise ``NormcheckFailure`` (on every rank, from inside ``train()``) when the
-    gate does not pass; otherwise keep the verdict in ``verdict`` and let training go on.
+    gate does not pass, and ``ProbeError`` when the step cannot be judged; otherwise keep the verdict
+    in ``verdict`` (or the error in ``error``) and let training go on.
     ``judge_options`` go to ``Probe.judge`` (``directory``, ``description``, ``reducer``, …).
     """
 
@@ -116,6 +117,8 @@ class NormcheckCallback(TrainerCallback):
         self.judge_options: Dict[str, Any] = dict(judge_options or {})
         self.verdict: Optional[Verdict] = None
         """The judged step's verdict, once judged."""
+        self.error: Optional[ProbeError] = None
+        """Why the step could not be judged (the probe saw no loss, …), kept when ``raise_on_failure`` is false."""
         self.dropped_from_optimizer = 0
         """How many of the optimizer's parameter groups held p before the callback removed it."""
         self._active: Optional[contextlib.ExitStack] = None
@@ -124,7 +127,7 @@ class NormcheckCallback(TrainerCallback):
     @property
     def judged(self) -> bool:
         """True once the step was judged."""
-        return self.verdict is not None
+        return self.verdict is not None or self.error is not None
 
     @property
     def active(self) -> bool:
@@ -165,7 +168,13 @@ class NormcheckCallback(TrainerCallback):
         self.close()
         options = dict(self.judge_options)
         options.setdefault("optimizer", self.trainer.optimizer)
-        self.verdict = self.probe.judge(self.trainer.model_wrapped, **options)
+        try:
+            self.verdict = self.probe.judge(self.trainer.model_wrapped, **options)
+        except ProbeError as e:  # raised alike on every rank, so every rank goes on alike
+            if self.raise_on_failure:
+                raise
+            self.error = e
+            return
         if self.raise_on_failure and not self.verdict.passed:
             raise NormcheckFailure(self.verdict.message, [self.verdict])
 

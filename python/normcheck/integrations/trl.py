@@ -1,4 +1,6 @@
-"""One optimizer step of TRL's ``GRPOTrainer``, judged against the objective its ``loss_type`` declares.
+"""One optimizer step of a TRL trainer, judged where TRL forms its loss: ``GRPOTrainer`` against the objective
+its ``loss_type`` declares, ``DPOTrainer`` against the mean over preference pairs, ``SFTTrainer`` against the
+token mean (through the fused LM head's ``log_probs``, which the probe routes itself).
 
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(loss_type="dr_grpo", ...),
                           train_dataset=prompts, processing_class=tokenizer)
@@ -34,11 +36,14 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
+import torch.nn.functional as F
 
+from .. import _probe_routes as routes
 from ..probe import Probe, ProbeError
 from . import transformers as hf
 
-__all__ = ["MEASURABLE", "NormcheckCallback", "ProbedPolicyLoss", "attach", "declared_objective"]
+__all__ = ["MEASURABLE", "NormcheckCallback", "ProbedPolicyLoss", "ProbedPreferenceLoss", "attach",
+           "declared_objective"]
 
 NormcheckCallback = hf.NormcheckCallback
 
@@ -99,8 +104,10 @@ class ProbedPolicyLoss:
             clear = getattr(self.probe, "clear_sequences", None)
             if callable(clear):
                 clear()
-        # d(−min(r·A, clip(r)·A))/dA = −1 at r = 1: the token's loss gains exactly p·(−y).
-        return self.compute_loss(model, {**inputs, "advantages": advantages - term})
+        # d(−min(r·A, clip(r)·A))/dA = −1 at r = 1: the token's loss gains exactly p·(−y). The fused head's
+        # log-probabilities are left alone: their gradients are the policy loss's slopes, not weights.
+        with routes.without_output_route(self.probe):
+            return self.compute_loss(model, {**inputs, "advantages": advantages - term})
 
 
 def _refuse_unmeasurable(trainer: Any) -> None:
@@ -121,15 +128,88 @@ def _refuse_unmeasurable(trainer: Any) -> None:
                          "not 1: judge the step with vllm_importance_sampling_correction=False")
 
 
+class ProbedPreferenceLoss:
+    """``DPOTrainer._compute_loss`` with one probe term per preference pair while ``callback`` is active.
+
+    TRL's sigmoid loss is −logsigmoid(β·δ) per pair, averaged over the microbatch's pairs; the term is
+    added to that per-pair loss (inside the ``F.logsigmoid`` call of ``_compute_loss``, the one whose
+    result has one entry per pair), spread over the pair's completion tokens, chosen and rejected, so
+    that each pair is one sequence of the probe and p.grad carries the weight TRL, the Trainer and DDP
+    gave it. The token log-probabilities the fused LM head returns are left alone: their weights are
+    the sigmoid's slopes, not the normalization.
+    """
+
+    def __init__(self, compute_loss: Callable[..., Any], probe: Probe, callback: hf.NormcheckCallback) -> None:
+        """Wraps the trainer's bound ``_compute_loss``."""
+        self.compute_loss = compute_loss
+        self.probe = probe
+        self.callback = callback
+
+    def __call__(self, model: Any, inputs: Dict[str, Any], return_outputs: bool) -> Any:
+        """TRL's loss on ``inputs``, each pair's loss plus its probe term (−0 in value)."""
+        if not self.callback.active or not torch.is_grad_enabled():
+            return self.compute_loss(model, inputs, return_outputs)
+        mask = inputs["completion_mask"][..., 1:]
+        pairs = int(mask.shape[0]) // 2
+        pair_ids = (torch.arange(2 * pairs, device=mask.device) % pairs).unsqueeze(1).expand(mask.shape)
+        original = F.logsigmoid
+        calls = []
+
+        def per_pair(value: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            out: torch.Tensor = original(value, *args, **kwargs)
+            if tuple(out.shape) != (pairs,) or not out.requires_grad:
+                return out
+            calls.append(1)
+            term = routes.sequence_terms(self.probe, mask, pair_ids)
+            return ((-out) + term.to(device=out.device, dtype=out.dtype)).neg()  # −(ℓ + t): ℓ keeps its bits
+
+        with routes.without_output_route(self.probe):
+            setattr(F, "logsigmoid", per_pair)
+            try:
+                result = self.compute_loss(model, inputs, return_outputs)
+            finally:
+                setattr(F, "logsigmoid", original)
+        if len(calls) != 1:
+            raise ProbeError(f"DPOTrainer's loss called logsigmoid on its {pairs} pairs {len(calls)} times, not once: "
+                             "its loss is not the sigmoid loss this integration measures")
+        return result
+
+
+def _refuse_unmeasurable_preference(trainer: Any) -> None:
+    loss_types = [str(t) for t in getattr(trainer, "loss_types", ["sigmoid"])]
+    if loss_types != ["sigmoid"]:
+        raise ProbeError(f"DPOTrainer with loss_type {loss_types}: the integration measures the sigmoid loss, one "
+                         "−logsigmoid term per pair; judge the step with loss_type='sigmoid'")
+    if str(getattr(trainer, "f_divergence_type", "reverse_kl")) != "reverse_kl" or getattr(trainer, "use_weighting",
+                                                                                               False):
+        raise ProbeError("DPOTrainer with an f-divergence or WPO weighting: judge the step with the defaults "
+                         "(f_divergence_type='reverse_kl', use_weighting=False)")
+
+
+def _kind(trainer: Any) -> str:
+    names = {cls.__name__ for cls in type(trainer).__mro__}
+    for kind in ("GRPOTrainer", "DPOTrainer"):
+        if kind in names:
+            return kind
+    return "SFTTrainer"
+
+
 def attach(trainer: Any, *, step: int = 0, probe: Optional[Probe] = None, raise_on_failure: bool = True,
            objective: Optional[str] = None, normalizer: Any = None,
            judge_options: Optional[Mapping[str, Any]] = None, **probe_options: Any) -> hf.NormcheckCallback:
-    """The transformers integration's ``attach`` for a ``GRPOTrainer``, with its policy loss measured.
+    """The transformers integration's ``attach`` for a TRL trainer, with its loss measured where TRL forms it.
 
-    ``objective`` / ``normalizer``: what to judge against instead of ``declared_objective(trainer)``.
-    Call it before ``trainer.train()``; the other options are ``normcheck.integrations.transformers.attach``'s.
+    ``GRPOTrainer``: through the advantages, against ``declared_objective(trainer)``. ``DPOTrainer``:
+    one term per preference pair, against ``sequence_mean`` (each pair one sequence). Any other trainer
+    (``SFTTrainer``): the token log-probabilities of its fused LM head, against ``token_mean``.
+    ``objective`` / ``normalizer``: what to judge against instead. Call it before ``trainer.train()``;
+    the other options are ``normcheck.integrations.transformers.attach``'s.
     """
-    _refuse_unmeasurable(trainer)
+    kind = _kind(trainer)
+    if kind == "GRPOTrainer":
+        _refuse_unmeasurable(trainer)
+    elif kind == "DPOTrainer":
+        _refuse_unmeasurable_preference(trainer)
     options: Dict[str, Any] = dict(judge_options or {})
     if objective is not None:
         options["objective"] = objective
@@ -137,9 +217,14 @@ def attach(trainer: Any, *, step: int = 0, probe: Optional[Probe] = None, raise_
             options["normalizer"] = normalizer
     elif normalizer is not None:
         raise TypeError("normalizer= goes with objective='constant'")
-    else:
+    elif kind == "GRPOTrainer":
         options.update(declared_objective(trainer))
+    elif kind == "DPOTrainer":
+        options["objective"] = "sequence_mean"
     callback = hf.attach(trainer, step=step, probe=probe, raise_on_failure=raise_on_failure, judge_options=options,
                          **probe_options)
-    trainer._compute_loss = ProbedPolicyLoss(trainer._compute_loss, callback.probe, callback)
+    if kind == "GRPOTrainer":
+        trainer._compute_loss = ProbedPolicyLoss(trainer._compute_loss, callback.probe, callback)
+    elif kind == "DPOTrainer":
+        trainer._compute_loss = ProbedPreferenceLoss(trainer._compute_loss, callback.probe, callback)
     return callback

@@ -8,6 +8,8 @@ against their own objectives; "grpo" weighs every completion as the sequence mea
 still says inconclusive, since TRL gives every rank the same number of completions and a per-rank
 sequence count would weigh the same. Against another objective each fails, naming what it computed.
 Completions end at sampled end-of-sequence tokens, so their lengths differ and the objectives differ.
+Each loss type also trains once without the probe (``invisible.trained``): the training loss, the
+gradients the optimizer receives and the update must be bitwise those of every probed run.
 """
 
 from __future__ import annotations
@@ -46,30 +48,41 @@ def reward(completions: List[str], **kwargs: Any) -> List[float]:
     return [float(len(c)) for c in completions]
 
 
-def grpo_step(rank: int, world_size: int, probe: Any, folder: str) -> Dict[str, Any]:
-    """Every variant, each its own model and GRPOTrainer; the verdicts."""
+def grpo_trainer(folder: str, loss_type: str) -> Any:
+    """A GRPOTrainer of one optimizer step on a fresh model (the same seed every time)."""
     from datasets import Dataset
 
-    transformers.logging.set_verbosity_error()
     tokenizer = tiny_tokenizer()
+    args = trl.GRPOConfig(
+        output_dir=folder, per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
+        max_completion_length=8, max_steps=1, use_cpu=True, report_to="none", logging_strategy="no",
+        save_strategy="no", disable_tqdm=True, loss_type=loss_type, seed=0, learning_rate=1e-2)
+    return trl.GRPOTrainer(model=small_llama(len(tokenizer)), reward_funcs=reward, args=args,
+                           train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tokenizer)
+
+
+def grpo_step(rank: int, world_size: int, probe: Any, folder: str) -> Dict[str, Any]:
+    """Every variant, each its own model and GRPOTrainer, and each loss type once unprobed; the verdicts and
+    what the probe changed of the unprobed step."""
+    import invisible
+
+    transformers.logging.set_verbosity_error()
     results: Dict[str, Any] = {}
+    unprobed: Dict[str, Dict[str, Any]] = {}
     for name, (loss_type, objective, _, _) in EXPECTED.items():
         try:
-            args = trl.GRPOConfig(
-                output_dir=os.path.join(folder, name, str(rank)), per_device_train_batch_size=4,
-                gradient_accumulation_steps=2, num_generations=4, max_completion_length=8, max_steps=1,
-                use_cpu=True, report_to="none", logging_strategy="no", save_strategy="no", disable_tqdm=True,
-                loss_type=loss_type, seed=0, learning_rate=1e-2)
-            trainer = trl.GRPOTrainer(model=small_llama(len(tokenizer)), reward_funcs=reward, args=args,
-                                      train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
-                                      processing_class=tokenizer)
+            if loss_type not in unprobed:
+                unprobed[loss_type] = invisible.trained(grpo_trainer(os.path.join(folder, "plain", loss_type,
+                                                                                  str(rank)), loss_type))
+            trainer = grpo_trainer(os.path.join(folder, name, str(rank)), loss_type)
             callback = attach(trainer, probe=probe(trainer.model), raise_on_failure=False, objective=objective)
-            trainer.train()
+            probed = invisible.trained(trainer, callback.probe)
             verdict = callback.verdict
             rows = verdict.report.get("gate", {}).get("weights", {}).get("rows", [])
             results[name] = {"verdict": verdict.verdict, "diagnosis": list(verdict.diagnosis),
                              "could_hide": list(verdict.could_hide), "message": verdict.message,
-                             "rows": len(rows), "rows_within": sum(1 for r in rows if r.get("within_bound"))}
+                             "rows": len(rows), "rows_within": sum(1 for r in rows if r.get("within_bound")),
+                             "changed": invisible.differences(unprobed[loss_type], probed)}
         except Exception as e:  # reported per variant; both ranks raise alike
             results[name] = {"error": f"{type(e).__name__}: {e}"}
     return results
@@ -99,6 +112,8 @@ def test_grpo_loss_type_verdict(ranks: List[Dict[str, Any]], variant: str) -> No
         assert first["could_hide"] == [name], first["message"]
     else:
         assert name is not None and any(name in n for n in first["diagnosis"]), first["message"]
+    for rank, result in enumerate(results):
+        assert result["changed"] == [], f"rank {rank}: the probe changed the step:\n  " + "\n  ".join(result["changed"])
 
 
 # -- the probe changes nothing of an SFTTrainer step on TRL's defaults --------------------------------
@@ -109,10 +124,9 @@ TEXTS = ["a b c d a", "b c", "d d a b c a b", "a", "c d a b", "b b b", "a c", "d
 def sft_unchanged_step(rank: int, world_size: int, probe: Any, folder: str) -> List[str]:
     """An SFTTrainer step (gradient checkpointing and bf16 on, TRL's defaults) with and without the probe.
 
-    Its loss is the fused head's log_probs, which the probe may not capture: whatever the verdict, the
-    gradients the optimizer receives (and the update, where the step completes) must be the unprobed ones.
+    The transformers callback alone: its loss is the fused head's log_probs, which the probe routes
+    itself. The training loss, the gradients the optimizer receives and the update must be the unprobed ones.
     """
-    import torch
     from datasets import Dataset
 
     import invisible
@@ -126,26 +140,7 @@ def sft_unchanged_step(rank: int, world_size: int, probe: Any, folder: str) -> L
                              save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, learning_rate=1e-2)
         trainer = trl.SFTTrainer(model=small_llama(len(tokenizer)), args=args,
                                  train_dataset=Dataset.from_dict({"text": TEXTS}), processing_class=tokenizer)
-        taken: Dict[str, Any] = {}
-
-        class Take(transformers.TrainerCallback):  # type: ignore[misc]
-            def on_pre_optimizer_step(self, *arguments: Any, **kwargs: Any) -> None:
-                taken.update(invisible.record([], trainer.model, None, kept.probe))
-
-        kept = Take()
-        kept.probe = None
-        trainer.add_callback(kept)  # before the probe's callback: the gradients before it judges
-        if probed:
-            kept.probe = attach_sft(trainer, probe)
-        try:
-            trainer.train()
-            taken["parameters"] = {n: q.detach().clone() for n, q in trainer.model.named_parameters()
-                                   if kept.probe is None or not kept.probe.is_probe(q)}
-        except Exception:  # a loss the probe does not see raises; the gradients are compared all the same
-            taken["parameters"] = None
-        records.append(taken)
-    if records[1]["parameters"] is None:
-        records[0]["parameters"] = None
+        records.append(invisible.trained(trainer, attach_sft(trainer, probe) if probed else None))
     return invisible.differences(records[0], records[1])
 
 
