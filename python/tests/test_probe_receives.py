@@ -42,10 +42,6 @@ GS = (2, 4)
 SCENARIOS = ("resumming_hook", "stage_output_hook", "module_gradient_scaling", "post_reduction_division")
 VERSIONS = ("planted", "correct")
 KNOWN = {
-    ("resumming_hook", "planted"): "p's gradient is captured and reset at every synchronizing backward: the hook "
-                                   "never re-sums p's earlier microbatches",
-    ("post_reduction_division", "planted"): "p's gradient is captured and reset at every synchronizing backward: "
-                                            "the hook never divides p's earlier microbatches again",
     ("stage_output_hook", "planted"): "a site's term sits at the loss: a hook on an inner stage's output never acts on it",
     ("stage_output_hook", "correct"): "p's term sits at the loss: the last stage's ÷G never acts on it, the ×G shows",
     ("module_gradient_scaling", "planted"): "the site's parameter did not exist when the module's parameters were hooked",
