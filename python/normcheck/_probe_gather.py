@@ -66,7 +66,7 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
                                  "probe.model_parameters(model)")
         if not probe._microbatches:
             raise ProbeError(probe._no_loss_message())
-        written = [h.site or "p" for h in probe._holders if h.current().grad is not None]
+        written = [h.site or "p" for h in probe._holders if probe._released and h.current().grad is not None]
         if (probe._pending or written) and probe._captures:
             what = (f"a backward reached p after its gradient was captured at {probe._captures[-1]}, so that "
                     "gradient was never reduced with the others" if probe._pending else
@@ -75,6 +75,7 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
                              "before the synchronizing one (or inside probe.step())")
         if probe._pending or written:
             probe._capture("probe.check()")
+        probe._release()
         notes: Tuple[str, ...] = ()
         if probe.capture_mode == "reduction" and probe._reduced:
             notes = ("the probe's gradient was captured at the synchronizing backward: gradients "

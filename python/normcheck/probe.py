@@ -239,6 +239,7 @@ class Probe:
         self._spans: Dict[str, Tuple[int, int]] = {}  # under FSDP2: the components of each site this rank holds
         self._captures: List[str] = []
         self._reduced = False
+        self._released = False  # the probe set every probe gradient to None after the last capture
         self._sync_forward = False
         self._ddp_forward = False
         self._unheld: Optional[str] = None
@@ -341,10 +342,16 @@ class Probe:
             self._capture("the synchronizing backward")
 
     def _capture(self, when: str) -> None:
+        """Stores every probe gradient as it is now, replacing what an earlier capture stored.
+
+        The gradients stay where they are: a later backward accumulates onto them, and a later
+        reduction acts on the sum, exactly as on the model's parameters (a hook that re-sums the
+        earlier microbatches' reduced gradients re-sums p's too); ``_release`` hides them when the
+        step is over.
+        """
         stored = False
         for holder in self._holders:
-            parameter = holder.current()
-            grad = parameter.grad
+            grad = holder.current().grad
             if grad is None:
                 continue
             if capture.is_distributed_tensor(grad):  # this rank's shard: rank 0 puts the shards together
@@ -357,24 +364,32 @@ class Probe:
                 self._spans[holder.site] = (offset, offset + shard.numel())
             else:
                 value = grad.detach().to(device="cpu", dtype=torch.float64, copy=True)
-            previous = self._captured.get(holder.site)
-            self._captured[holder.site] = value if previous is None else previous + value
-            # None, not zeros: clipping skips it (a zero float64 gradient among float32 ones would still
-            # change the dtype, and so the bits, of the total norm), and an optimizer leaves p alone.
-            parameter.grad = None
+            self._captured[holder.site] = value
             stored = True
         self._pending = False
+        self._released = False
         if stored:
             self._captures.append(when)
 
+    def _release(self) -> None:
+        """Sets every probe gradient to None: what was captured is the step's, nothing after it sees p.grad.
+
+        None, not zeros: clipping skips it (a zero float64 gradient among float32 ones would still
+        change the dtype, and so the bits, of the total norm), and an optimizer leaves p alone.
+        """
+        for holder in self._holders:
+            holder.current().grad = None
+        self._released = True
+
     def capture(self) -> None:
-        """Stores the probe's gradients now as the step's, and zeroes them.
+        """Stores the probe's gradients now as the step's, and sets them to None.
 
         The probe does this itself after a synchronizing DDP backward, when ``probe.step()`` ends and
         before clipping inside the step; call it where the reduction ends somewhere the probe cannot
         see (gradients all-reduced by hand, for instance) and before anything else touches gradients.
         """
         self._capture("probe.capture()")
+        self._release()
 
     def gradients(self) -> Dict[str, torch.Tensor]:
         """The probe's gradients captured so far this step (float64, on the CPU), by site; ``""`` is p itself.
@@ -602,8 +617,10 @@ class Probe:
     def _guard_clipping(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def guarded(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             listed = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-            if self._pending and any(self.is_probe(t) for t in listed):
-                self._capture("gradient clipping")  # the gradients are final once they are clipped
+            if any(self.is_probe(t) for t in listed):
+                if self._pending:
+                    self._capture("gradient clipping")  # the gradients are final once they are clipped
+                self._release()
             return original(listed, *args, **kwargs)
 
         return guarded
@@ -638,6 +655,7 @@ class Probe:
                 yield self
             if self._pending:
                 self._capture("the end of probe.step()")
+            self._release()
         finally:
             for name, original in originals.items():
                 if getattr(torch.nn.utils, name, None) is not original:

@@ -351,9 +351,11 @@ def test_the_old_capture_at_check_time_fails_this_test(tmp_path):
     model = tiny_lm.make_model(torch.float32)
     probe = Probe(model, sites=None)
     probe._capture = lambda when: None  # never captures on its own
+    probe._release = lambda: None  # nor sets p.grad to None
     lm_step(probe, model, [tiny_lm.make_batch([6, 4], seed=1)])
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-6)
     del probe._capture
+    del probe._release
     assert components(written(probe, tmp_path)) != [-5.0, -3.0]
 
 

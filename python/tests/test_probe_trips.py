@@ -79,12 +79,14 @@ def clipped_after_the_step(rank, make_probe, broken):
     probe = make_probe(model, sites=None)
     if broken:
         probe._capture = lambda when: None  # what the probe did before: read p.grad when checked
+        probe._release = lambda: None  # nor sets p.grad to None
     ddp = DistributedDataParallel(model)
     with probe.step(wrap=False):
         step_of(ddp, probe, rank)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-6)  # every parameter, p's too, after the step
     if broken:
         del probe._capture
+        del probe._release
     return caught(lambda: (list(probe.captures), probe.dump(ddp)))
 
 

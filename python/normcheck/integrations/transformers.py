@@ -13,8 +13,8 @@ window, before any callback runs. What ``attach`` adds:
   parameter group of the Trainer's optimizer, so it is never updated and holds no optimizer state;
 - at ``on_step_begin`` of the judged step the probe's ``step()`` starts, and with it the capture of
   every cross-entropy the model (or a ``compute_loss_func``) computes over the accumulation window;
-- the probe takes p.grad at the moment the synchronizing reduction completes and sets it to None, so
-  the Trainer's clipping (``max_grad_norm``) and the optimizer neither see nor change it;
+- the probe takes p.grad at the moment the synchronizing reduction completes and sets it to None before
+  clipping, so the Trainer's clipping (``max_grad_norm``) and the optimizer neither see nor change it;
 - at ``on_pre_optimizer_step`` the step is judged (``Probe.judge``, collective: every rank is there);
 - in every forward the probe routes p through the model's output with gradient 0, so that DDP finds
   p's gradient on every step (it stops otherwise, or never all-reduces: a parameter it holds got none).
