@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Literal, Tuple, Union, get_args
 
 __all__ = ["Objective", "Reducer", "CaptureMode", "FloatDtype", "Dtype", "OBJECTIVES", "REDUCERS", "CAPTURE_MODES",
-           "FLOAT_DTYPES", "DTYPES", "Number"]
+           "FLOAT_DTYPES", "DTYPES", "Number", "Framework", "FRAMEWORKS"]
 
 Objective = Literal["token_mean", "weighted_token_mean", "sequence_mean", "sequence_sum_mean", "constant"]
 """What a step claims to compute, as normcheck names it (``constant`` divides by a given normalizer)."""
@@ -20,6 +20,8 @@ CaptureMode = Literal["reduction", "step"]
 """When the probe's gradient is final: right after the synchronizing backward, or when ``probe.step()`` ends."""
 FloatDtype = Literal["float64", "float32", "bfloat16", "float16"]
 """A floating dtype by its name: of a gradient, a loss or a reduction."""
+Framework = Literal["transformers", "trl", "accelerate", "lightning"]
+"""The framework a step runs in, for remedies in its own terms (``normcheck.remedies``)."""
 Dtype = Literal["float64", "float32", "bfloat16", "float16", "exact"]
 """What a normcheck/1 document's numbers were computed in (``exact``: rationals)."""
 
@@ -31,3 +33,4 @@ REDUCERS: Tuple[Reducer, ...] = get_args(Reducer)
 CAPTURE_MODES: Tuple[CaptureMode, ...] = get_args(CaptureMode)
 FLOAT_DTYPES: Tuple[FloatDtype, ...] = get_args(FloatDtype)
 DTYPES: Tuple[Dtype, ...] = get_args(Dtype)
+FRAMEWORKS: Tuple[Framework, ...] = get_args(Framework)
