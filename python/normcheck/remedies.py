@@ -120,6 +120,9 @@ REMEDIES: Dict[str, Dict[Framework, str]] = {
     },
 }
 """Diagnosis name → framework → what to change there."""
+for _name in ("sum_of_microbatch_means", "empty_microbatches_counted", "microbatch_global_count", "prefix_count"):
+    REMEDIES[_name] = REMEDIES["microbatch_mean"]  # each a count other than the whole window's, over all ranks
+REMEDIES["sequence_positions"] = REMEDIES["count_padding"]
 
 _FACTOR = re.compile(r"[×/(]")
 
