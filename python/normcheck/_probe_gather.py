@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
@@ -18,16 +19,17 @@ import torch.distributed as dist
 from torch import nn
 
 from . import _probe_capture as capture
-from . import dump
+from . import dump, picture
 from ._probe_document import document
+from ._probe_report import framed
 from ._probe_record import Geometry, ProbeError, RankRecord
 from .check import NormcheckError, Verdict, run_check
-from .options import FloatDtype, Number, Objective, Reducer
+from .options import FloatDtype, Framework, Number, Objective, Reducer
 
 if TYPE_CHECKING:
     from .probe import Probe
 
-__all__ = ["rank_record", "gathered", "output_path", "dtype_name", "distributed"]
+__all__ = ["rank_record", "gathered", "output_path", "dtype_name", "distributed", "current_rank"]
 
 _DTYPE_NAMES: Dict[torch.dtype, FloatDtype] = {torch.float64: "float64", torch.float32: "float32",
                                                torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -38,6 +40,11 @@ _default_folder: Optional[str] = None  # one temporary folder per process for du
 def distributed() -> bool:
     """True inside an initialized process group."""
     return dist.is_available() and dist.is_initialized()
+
+
+def current_rank() -> int:
+    """This process's rank in the process group, 0 outside one."""
+    return dist.get_rank() if distributed() else 0
 
 
 def dtype_name(dtype: torch.dtype) -> FloatDtype:
@@ -131,29 +138,50 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
         return RankRecord(rank=probe.rank, error=f"rank {probe.rank}: {type(e).__name__}: {e}")
 
 
-def output_path(directory: Optional[str], path: Optional[str]) -> str:
-    """Where rank 0 writes a dump: ``path``, else a new file in ``directory``, $NORMCHECK_PROBE_DIR or a new folder."""
+def output_path(directory: Optional[str], path: Optional[str], temporary: bool = False) -> Tuple[str, Optional[str]]:
+    """Where rank 0 writes a dump, and the temporary folder made for it (None when the place was given).
+
+    ``path``, else a new file in ``directory``, in $NORMCHECK_PROBE_DIR, or in a temporary folder: with
+    ``temporary`` a new one its caller removes, else this process's own (what ``Probe.dump`` returns
+    stays there).
+    """
     if path is not None:
-        return os.fspath(path)
+        return os.fspath(path), None
     global _default_folder
     folder = directory or os.environ.get("NORMCHECK_PROBE_DIR")
+    made = None
     if not folder:
-        if _default_folder is None:
-            _default_folder = tempfile.mkdtemp(prefix="normcheck-probe-")
-        folder = _default_folder
+        if temporary:
+            folder = made = tempfile.mkdtemp(prefix="normcheck-probe-")
+        else:
+            if _default_folder is None:
+                _default_folder = tempfile.mkdtemp(prefix="normcheck-probe-")
+            folder = _default_folder
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"probe-{os.getpid()}-{next(_files):03d}.json")
+    return os.path.join(folder, f"probe-{os.getpid()}-{next(_files):03d}.json"), made
+
+
+def _judged(probe: "Probe", target: str, parts: List[Any], framework: Optional[Framework], kept: bool) -> Verdict:
+    """Runs normcheck on the written dump; a failing verdict's picture goes beside it when the files are kept."""
+    verdict = run_check(target, executable=probe.executable, require_gate=True)[0].with_notes(parts[0].notes)
+    picture_path = None
+    if kept and not verdict.passed and picture.has_picture(verdict.report):
+        picture_path = picture.write_picture(verdict.report, os.path.splitext(target)[0] + ".svg")
+    return framed(verdict, framework, picture_path, kept)
 
 
 def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler: Any, reducer: Optional[Reducer],
              reduction_dtype: Optional[FloatDtype], objective: Optional[Objective], normalizer: Optional[Number],
-             description: Optional[str], path: Optional[str], judge: bool) -> Union[Verdict, str, None]:
+             description: Optional[str], path: Optional[str], judge: bool,
+             framework: Optional[Framework] = None) -> Union[Verdict, str, None]:
     """Collective: every rank's record to rank 0, the dump written there and, with ``judge``, its verdict to all."""
     if reducer not in (None, "mean", "sum"):
         raise ValueError(f"reducer is 'mean' or 'sum', not {reducer!r}")
     if objective is None:
         objective, normalizer = probe.objective, normalizer if normalizer is not None else probe.normalizer
     probe._check_objective(objective, normalizer)
+    if framework is None:
+        framework = probe.framework
     part = rank_record(probe, model, optimizer, scaler, reducer, reduction_dtype)
     is_distributed = distributed()
     rank = dist.get_rank() if is_distributed else 0
@@ -162,6 +190,7 @@ def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler:
         parts = [None] * dist.get_world_size() if rank == 0 else None
         dist.gather_object(part, parts, dst=0)
     outcome: Any = None
+    temporary: Optional[str] = None
     if rank == 0:
         assert parts is not None
         try:
@@ -173,17 +202,16 @@ def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler:
             origin = f"normcheck.torch.Probe on {type(probe.module).__name__}, PyTorch {torch.__version__}"
             made = document(parts, geometry, objective=objective, normalizer=normalizer,
                             description=description or probe.description, origin=origin, backend=str(backend))
-            target = output_path(probe.directory, path)
+            target, temporary = output_path(probe.directory, path, temporary=judge)
             dump.write(target, made)
-            if judge:
-                verdict = run_check(target, executable=probe.executable, require_gate=True)[0]
-                outcome = verdict.with_notes(parts[0].notes)
-            else:
-                outcome = target
+            outcome = _judged(probe, target, parts, framework, temporary is None or probe.keep) if judge else target
         except (ProbeError, NormcheckError) as e:
             outcome = e
         except Exception as e:  # anything else: every rank must still hear of it
             outcome = ProbeError(f"{type(e).__name__}: {e}")
+        finally:
+            if temporary is not None and not probe.keep:
+                shutil.rmtree(temporary, ignore_errors=True)
     if is_distributed:
         box = [outcome]
         dist.broadcast_object_list(box, src=0)

@@ -178,6 +178,8 @@ class Verdict:
     """What the probe adds about how the gradient was captured."""
     details: Tuple[Explanation, ...] = field(default=(), compare=False, repr=False)
     """The diagnosis entries in full (what was computed, why it is wrong, what instead)."""
+    picture: Optional[str] = field(default=None, compare=False)
+    """The SVG of the weight table written beside the dump (``normcheck.picture``), when one was kept."""
 
     @property
     def passed(self) -> bool:

@@ -8,8 +8,12 @@ Standard library only.
 
 from __future__ import annotations
 
-__all__ = ["Error"]
+__all__ = ["Error", "NormcheckWarning"]
 
 
 class Error(Exception):
     """An error raised by normcheck: misuse, an executable that cannot run, or a check that failed."""
+
+
+class NormcheckWarning(UserWarning, Error):
+    """A gate that did not pass, reported as a warning because the caller asked not to raise."""

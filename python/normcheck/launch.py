@@ -248,7 +248,9 @@ def launch(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any]
     fresh store, up to ``attempts`` times. ``replicas=True`` requires the step to name what to compare
     (``probe.replicas(model, optimizer, scheduler)``); what it names is compared after the step returns
     in any case. ``collectives=True`` records every rank's collectives into a new folder under
-    ``directory`` and checks them when the launch ends. ``started`` is called with the workers' process
+    ``directory`` (or a temporary folder, removed unless they do not match) and checks them when the
+    launch ends. Without ``directory`` the probes write into temporary folders of their own, removed
+    once each step is judged. ``started`` is called with the workers' process
     ids once they run. Raises ``NormcheckFailure`` when the step's check failed, ``ReplicaDivergence``
     when the replicas differ, ``CollectiveMismatch`` when the ranks' collectives do not match (a hang
     or an error it caused is reported in its message), ``LaunchError`` otherwise.
@@ -271,8 +273,6 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
     context = torch.multiprocessing.get_context(start_method)
     if start_method == "fork":
         _import_what_ddp_imports()
-    if directory is None:
-        directory = tempfile.mkdtemp(prefix="normcheck-gate-")  # kept: the dumps the diagnosis names
     settings: Dict[str, Any] = {"backend": backend, "executable": executable, "directory": directory,
                                 "threads": threads, "collective_timeout": timeout + 60, "replicas": replicas,
                                 "traces": None}
@@ -280,8 +280,10 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
     for attempt in range(attempts):
         folder = tempfile.mkdtemp(prefix="normcheck-launch-")
         if collectives:
-            os.makedirs(directory, exist_ok=True)
-            settings["traces"] = tempfile.mkdtemp(prefix="collectives-", dir=directory)  # kept: the report names it
+            if directory is not None:
+                os.makedirs(directory, exist_ok=True)
+            settings["traces"] = tempfile.mkdtemp(prefix="collectives-" if directory else "normcheck-collectives-",
+                                                  dir=directory)
         try:
             record = _attempt(context, step, world_size, args, settings, timeout, folder, started)
             outcomes: List[Optional[Dict[str, Any]]] = []
@@ -303,8 +305,14 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
     ending = _ending(world_size, timeout, seconds, record, outcomes, errors)
     verdict = None
     if collectives:
-        verdict = _check_traces(settings["traces"], world_size, executable,
-                                record["killed"] if record["timed_out"] else [], ending)
+        try:
+            verdict = _check_traces(settings["traces"], world_size, executable,
+                                    record["killed"] if record["timed_out"] else [], ending)
+        except BaseException as e:
+            if not isinstance(e, AssertionError):  # a mismatch names the traces: they stay
+                _remove_unasked(settings["traces"], directory)
+            raise
+        _remove_unasked(settings["traces"], directory)
     if ending is not None:
         if verdict is not None:
             ending += (f"\n(the {verdict.calls} recorded collective calls match on every rank: the hang or error is "
@@ -317,6 +325,12 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
     summaries = [list(o.get("replicas", [])) for o in outcomes if o is not None]
     return LaunchResult(values=values, replicas=summaries, collectives=verdict, seconds=seconds,
                         pids=tuple(record["pids"]))
+
+
+def _remove_unasked(traces: str, directory: Optional[str]) -> None:
+    """Removes the traces' temporary folder when no ``directory`` asked for the launch's files."""
+    if directory is None:
+        shutil.rmtree(traces, ignore_errors=True)
 
 
 def _import_what_ddp_imports() -> None:

@@ -39,9 +39,11 @@ from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, i
                              own_bucket_dtype, register_inputs_hook, route)
 from ._probe_record import DividedBy, ProbeError
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
-from .check import NormcheckFailure, Verdict
+from .check import Verdict
 from .collectives import record_collectives
-from .options import CAPTURE_MODES, OBJECTIVES, CaptureMode, FloatDtype, Number, Objective, Reducer, Reduction
+from ._probe_report import conclude
+from .options import (CAPTURE_MODES, FRAMEWORKS, OBJECTIVES, CaptureMode, FloatDtype, Framework, Number, Objective,
+                      Reducer, Reduction)
 from .replicas import ReplicaDivergence, ReplicaSummary, check_replicas
 
 __all__ = ["Probe", "ProbeError", "OBJECTIVES", "DEFAULT_SLOTS", "default_value", "gather_counts", "count_valid",
@@ -105,7 +107,8 @@ class Probe:
                  sequences: bool = True, capture: CaptureMode = "reduction", world_size: Optional[int] = None,
                  rank: Optional[int] = None,
                  dtype: Optional[torch.dtype] = None, name: str = DEFAULT_NAME, executable: Optional[str] = None,
-                 directory: Optional[str] = None, description: Optional[str] = None) -> None:
+                 directory: Optional[str] = None, description: Optional[str] = None, keep: bool = False,
+                 framework: Optional[Framework] = None) -> None:
         """Registers p on ``module`` as ``name`` (and on every site) and hooks it up.
 
         ``slots``: the groups (microbatches and sequences) one rank may record per step; p has
@@ -122,8 +125,11 @@ class Probe:
         ``default_dtype(module, world_size)``: the model's own on two ranks (p shares its bucket, bit for
         bit harmless there), else the one no parameter has (a bucket of its own).
         ``executable``: the normcheck executable (else ``$NORMCHECK``, else PATH); ``directory``: where
-        rank 0 writes the dumps (else ``$NORMCHECK_PROBE_DIR``, else a new temporary folder);
-        ``description``: a line written into every dump.
+        rank 0 writes the dumps (else ``$NORMCHECK_PROBE_DIR``, else a new temporary folder per judged
+        step, removed once it is judged unless ``keep=True``); ``description``: a line written into every
+        dump. ``framework``: the framework the step runs in (``"transformers"``, ``"trl"``,
+        ``"accelerate"``, ``"lightning"``), whose terms a failure's remedy is given in; the integrations
+        pass their own.
         """
         if world_size is None:
             world_size = dist.get_world_size() if gather.distributed() else 1
@@ -134,6 +140,8 @@ class Probe:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ProbeError(f"slots is a positive number of groups per rank, not {slots!r}")
         self._check_objective(objective, normalizer)
+        if framework is not None and framework not in FRAMEWORKS:
+            raise ProbeError(f"framework is one of {', '.join(FRAMEWORKS)}, not {framework!r}")
         if capture not in CAPTURE_MODES:
             raise ProbeError(f"capture is 'reduction' or 'step', not {capture!r}")
         if rank is None:
@@ -153,6 +161,8 @@ class Probe:
         self.executable = executable
         self.directory = directory
         self.description = description
+        self.keep = keep
+        self.framework = framework
         self.components = slots * world_size * (2 if witness else 1)
         self._holders: List[Holder] = install(module, sites, name, self.components, dtype)
         self.parameter = self._holders[0].parameter
@@ -699,34 +709,45 @@ class Probe:
     def judge(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
               reducer: Optional[Reducer] = None, reduction_dtype: Optional[FloatDtype] = None,
               objective: Optional[Objective] = None, normalizer: Optional[Number] = None,
-              description: Optional[str] = None, path: Optional[str] = None) -> Verdict:
+              description: Optional[str] = None, path: Optional[str] = None,
+              framework: Optional[Framework] = None) -> Verdict:
         """Collective: gathers every rank's part, writes the dump on rank 0, runs normcheck, returns its verdict.
 
         Call it on every rank once the step's gradient is final: after the synchronizing backward,
         and, since the probe keeps its own copy of p.grad, just as well after clipping or after
-        ``optimizer.step()``. ``model``: the DDP-wrapped model (by default the one the probe saw run
+        ``optimizer.step()``; it prints nothing (``check`` reports). ``model``: the DDP-wrapped model (by default the one the probe saw run
         the module), whose communication hook names the reducer and the reduction's dtype (torch's
         allreduce_hook, fp16_compress_hook and bf16_compress_hook are known); for another hook, or
         without DDP, the reducer is inferred by comparing each rank's local gradient of p with the
         reduced one. ``reducer`` and ``reduction_dtype`` override both. ``objective`` and
-        ``normalizer`` override the probe's for this step. ``optimizer`` (one or a list) is checked to
+        ``normalizer`` override the probe's for this step, ``framework`` the probe's framework. A failing
+        verdict's message gives the remedy in the framework's terms after its first line, and names the
+        picture of the weight table (an SVG beside the dump) when the dump is kept. ``optimizer`` (one or a list) is checked to
         hold no probe parameter; ``scaler``, a GradScaler whose scale p.grad still carries (before its
         ``update()``). Misuse raises ``ProbeError`` on every rank; an executable that cannot run
         raises ``NormcheckError``.
         """
         outcome = gather.gathered(self, model, optimizer, scaler, reducer, reduction_dtype, objective, normalizer,
-                                  description, path, judge=True)
+                                  description, path, judge=True, framework=framework)
         assert isinstance(outcome, Verdict)
         return outcome
 
     def check(self, model: Optional[nn.Module] = None, *, optimizer: Any = None, scaler: Any = None,
               reducer: Optional[Reducer] = None, reduction_dtype: Optional[FloatDtype] = None,
               objective: Optional[Objective] = None, normalizer: Optional[Number] = None,
-              description: Optional[str] = None, path: Optional[str] = None) -> Verdict:
-        """``judge``, raising ``NormcheckFailure`` (an AssertionError holding the diagnosis) unless it passes."""
+              description: Optional[str] = None, path: Optional[str] = None, framework: Optional[Framework] = None,
+              step: Optional[int] = None, raise_on_failure: bool = True) -> Verdict:
+        """``judge``, then its report: one line on rank 0 when it passes, else ``NormcheckFailure`` on every rank.
+
+        The failure (an AssertionError) holds the whole diagnosis on rank 0 and a line pointing to it on
+        the others; with ``raise_on_failure=False`` the same texts are ``NormcheckWarning``s and the
+        verdict is returned. ``step``: the optimizer step the line names. The other options are ``judge``'s.
+        """
         verdict = self.judge(model, optimizer=optimizer, scaler=scaler, reducer=reducer,
                              reduction_dtype=reduction_dtype, objective=objective, normalizer=normalizer,
-                             description=description, path=path)
-        if not verdict.passed:
-            raise NormcheckFailure(verdict.message, [verdict])
-        return verdict
+                             description=description, path=path, framework=framework)
+        return self.conclude(verdict, step=step, raise_on_failure=raise_on_failure)
+
+    def conclude(self, verdict: Verdict, *, step: Optional[int] = None, raise_on_failure: bool = True) -> Verdict:
+        """What ``check`` does with a verdict ``judge`` returned: call it on every rank with that verdict."""
+        return conclude(verdict, gather.current_rank(), step, raise_on_failure)

@@ -7,8 +7,9 @@ runs ``my_step(rank, world_size, probe)`` on W fresh ranks (``normcheck.launch``
 with normcheck's diagnosis when a rank's ``probe.check()`` does not pass, when the replicas the step
 named with ``probe.replicas(model, optimizer, scheduler)`` differ after it (``replicas=True`` also
 requires the step to name some), or, with ``collectives=True``, when the ranks' recorded collectives
-do not match (a hang is reported as the call a rank did not issue). torch is imported only when the
-fixture is used.
+do not match (a hang is reported as the call a rank did not issue). A failing gate's dump and the
+picture of its weight table (an SVG beside it) are named in the test's JUnit report, as the properties
+``normcheck_dump`` and ``normcheck_picture``. torch is imported only when the fixture is used.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ def pytest_addoption(parser: Any) -> None:
 class Gate:
     """The fixture's value: call it with a step function to run it on W ranks and judge it."""
 
-    def __init__(self, directory: str, executable: Optional[str], timeout: float) -> None:
+    def __init__(self, directory: str, executable: Optional[str], timeout: float,
+                 record: Optional[Callable[[str, str], None]] = None) -> None:
         self.directory = directory
         self.executable = executable
         self.timeout = timeout
+        self.record = record
+        """Adds a property to the test's JUnit report."""
         self.last: Optional[Any] = None
         """The ``normcheck.launch.LaunchResult`` of the last launch that completed (summaries, trace verdict)."""
 
@@ -49,12 +53,21 @@ class Gate:
         the test fails with the diagnosis); a rank that raises, crashes or hangs past the time limit
         raises ``LaunchError``. ``options`` go to ``normcheck.launch.launch`` (args, timeout, backend, …).
         """
+        from .check import NormcheckFailure
         from .launch import launch_result
 
         options.setdefault("timeout", self.timeout)
         options.setdefault("executable", self.executable)
         options.setdefault("directory", self.directory)
-        self.last = launch_result(step, world_size, replicas=replicas, collectives=collectives, **options)
+        try:
+            self.last = launch_result(step, world_size, replicas=replicas, collectives=collectives, **options)
+        except NormcheckFailure as failure:
+            for verdict in failure.verdicts:
+                if self.record is not None and not verdict.passed:
+                    self.record("normcheck_dump", verdict.file)
+                    if verdict.picture is not None:
+                        self.record("normcheck_picture", verdict.picture)
+            raise
         return self.last.values
 
 
@@ -70,4 +83,9 @@ def normcheck_gate(request: Any, tmp_path: Any) -> Gate:
     executable = request.config.getoption("--normcheck") or os.environ.get("NORMCHECK") or None
     folder = tmp_path / "normcheck"
     folder.mkdir()
-    return Gate(str(folder), executable, request.config.getoption("--normcheck-timeout"))
+    # The test's own properties, as record_property keeps them, without its warning under the default xunit2:
+    # JUnit writes them into the test case either way.
+    def record(name: str, value: str) -> None:
+        request.node.user_properties.append((name, value))
+
+    return Gate(str(folder), executable, request.config.getoption("--normcheck-timeout"), record)

@@ -17,6 +17,8 @@ from normcheck import Error  # noqa: E402
 
 FAILURES = {"NormcheckFailure", "ReplicaDivergence", "CollectiveMismatch"}
 """The errors that report a check that ran and found the step wrong."""
+WARNINGS = {"NormcheckWarning"}
+"""What reports those failures when the caller asked not to raise: warnings, neither failures nor misuse."""
 
 
 def package_modules():
@@ -45,6 +47,9 @@ def test_every_error_class_of_the_package_derives_from_error():
 def test_failures_are_assertion_errors_and_misuse_is_a_runtime_error():
     for name, error in defined_errors().items():
         if name == "Error":
+            continue
+        if name in WARNINGS:
+            assert issubclass(error, Warning) and not issubclass(error, (AssertionError, RuntimeError)), name
             continue
         assert issubclass(error, AssertionError) == (name in FAILURES), name
         assert issubclass(error, RuntimeError) == (name not in FAILURES), name

@@ -77,3 +77,22 @@ def test_the_options_reach_the_fixture(pytester, executable):
     ''')
     result = run(pytester, "--normcheck", "/no/such/normcheck", "--normcheck-timeout", "7.5")
     result.assert_outcomes(passed=1)
+
+
+def test_a_failure_names_its_dump_and_picture_in_the_junit_report(pytester, executable):
+    import xml.etree.ElementTree as ET
+
+    write_tests(pytester, '''
+        def test_divided_by_its_own_count(normcheck_gate):
+            normcheck_gate(step, 2, args=(True,))
+    ''')
+    junit = pytester.path / "junit.xml"
+    result = run(pytester, f"--junitxml={junit}")
+    result.assert_outcomes(failed=1)
+    case = ET.parse(junit).getroot().find(".//testcase")
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    picture, dump = properties["normcheck_picture"], properties["normcheck_dump"]
+    assert picture.endswith(".svg") and os.path.isfile(picture) and picture[:-4] == dump[:-5]
+    assert ET.parse(picture).getroot().tag == "{http://www.w3.org/2000/svg}svg"
+    assert f"picture of the weight table: {picture}" in case.find("failure").get("message") + \
+        case.find("failure").text

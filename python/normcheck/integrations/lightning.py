@@ -29,7 +29,7 @@ import lightning.pytorch as pl
 from torch import nn
 from torch.optim import Optimizer
 
-from ..check import NormcheckFailure, Verdict
+from ..check import Verdict
 from ..probe import Probe, ProbeError
 from ._shared import drop_from_optimizer
 
@@ -43,8 +43,8 @@ class NormcheckCallback(pl.Callback):
     probe routes p through that module's forward, so name one that every ``training_step`` calls when
     ``training_step`` does not call ``self(...)``. ``probe_factory(module)`` makes the probe (the
     ``normcheck_gate`` fixture's ``probe``), else ``Probe(module, **probe_options)``.
-    ``raise_on_failure``: raise ``NormcheckFailure`` on every rank when the gate does not pass, else
-    keep the verdict in ``verdict``. ``judge_options`` go to ``Probe.judge``.
+    ``raise_on_failure``: raise ``NormcheckFailure`` on every rank when the gate does not pass (the whole
+    diagnosis on rank 0), else warn alike and keep the verdict in ``verdict``; a pass prints one line on rank 0. ``judge_options`` go to ``Probe.judge``.
     """
 
     def __init__(self, *, step: int = 0, module: Optional[str] = None,
@@ -119,9 +119,9 @@ class NormcheckCallback(pl.Callback):
         self.close()
         options = dict(self.judge_options)
         options.setdefault("optimizer", list(trainer.optimizers))
+        options.setdefault("framework", "lightning")
         self.verdict = self._probe().judge(trainer.strategy.model, **options)
-        if self.raise_on_failure and not self.verdict.passed:
-            raise NormcheckFailure(self.verdict.message, [self.verdict])
+        self._probe().conclude(self.verdict, step=trainer.global_step, raise_on_failure=self.raise_on_failure)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Ends the probe's step when training raised inside the window."""

@@ -33,7 +33,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from ..check import NormcheckFailure, Verdict
+from ..check import Verdict
+from ..options import Framework
 from ..probe import Probe, ProbeError
 from ._shared import drop_from_optimizer
 
@@ -95,13 +96,19 @@ class ProbedLabelSmoother:
         return value + term
 
 
+def framework_of(trainer: Trainer) -> Framework:
+    """``"trl"`` for a trainer of TRL's (they subclass the Trainer), else ``"transformers"``."""
+    return "trl" if any(c.__module__.split(".")[0] == "trl" for c in type(trainer).__mro__) else "transformers"
+
+
 class NormcheckCallback(TrainerCallback):
     """A ``TrainerCallback`` that judges one optimizer step of ``trainer`` with ``probe``.
 
     ``step`` is the optimizer step to judge, counted from 0 as ``state.global_step`` counts it.
-    ``raise_on_failure``: raise ``NormcheckFailure`` (on every rank, from inside ``train()``) when the
-    gate does not pass, and ``ProbeError`` when the step cannot be judged; otherwise keep the verdict
-    in ``verdict`` (or the error in ``error``) and let training go on.
+    ``raise_on_failure``: raise ``NormcheckFailure`` (on every rank, from inside ``train()``; the whole
+    diagnosis on rank 0) when the gate does not pass, and ``ProbeError`` when the step cannot be judged;
+    otherwise warn alike, keep the verdict in ``verdict`` (or the error in ``error``) and let training go
+    on. A passing step prints one line on rank 0.
     ``judge_options`` go to ``Probe.judge`` (``directory``, ``description``, ``reducer``, …).
     """
 
@@ -168,6 +175,7 @@ class NormcheckCallback(TrainerCallback):
         self.close()
         options = dict(self.judge_options)
         options.setdefault("optimizer", self.trainer.optimizer)
+        options.setdefault("framework", framework_of(self.trainer))
         try:
             self.verdict = self.probe.judge(self.trainer.model_wrapped, **options)
         except ProbeError as e:  # raised alike on every rank, so every rank goes on alike
@@ -175,8 +183,7 @@ class NormcheckCallback(TrainerCallback):
                 raise
             self.error = e
             return
-        if self.raise_on_failure and not self.verdict.passed:
-            raise NormcheckFailure(self.verdict.message, [self.verdict])
+        self.probe.conclude(self.verdict, step=state.global_step, raise_on_failure=self.raise_on_failure)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
