@@ -19,6 +19,9 @@ from normcheck.launch import free_port  # noqa: E402
 
 SCENARIOS = ("pass", "fail", "warn", "keep", "error")
 HEADING = "the gate FAILED on "
+# torch's own logging, not normcheck's: DDP's warning about unused parameters, and the glog lines of
+# Debian's torch 1.13 ("WARNING: Logging before InitGoogleLogging() ...", "I1204 00:00:00.000 ...")
+NOISE = re.compile(r".*reducer\.cpp|WARNING: Logging before InitGoogleLogging|[IWEF]\d{4} \d\d:\d\d:\d\d")
 
 
 def split(text):
@@ -28,7 +31,7 @@ def split(text):
         if line.startswith("=== "):
             current = line[4:]
             parts[current] = []
-        elif current is not None and "reducer.cpp" not in line:  # DDP's own warning about unused parameters
+        elif current is not None and not NOISE.match(line):
             parts[current].append(line)
     return {k: "\n".join(v) for k, v in parts.items()}
 
