@@ -6,17 +6,20 @@ where the dump and its picture are, or that they were not kept. ``conclude`` the
 at once, after the same collective: a pass prints one line on rank 0 and nothing elsewhere; a failure
 raises ``NormcheckFailure`` (or warns ``NormcheckWarning``) on every rank, with the whole diagnosis on
 rank 0 and a one-line pointer to it on the others, so that no rank waits for another and the diagnosis
-is printed once.
+is printed once. Under torchrun (``TORCHELASTIC_RUN_ID`` set) a rank that raises first ends the job
+before rank 0's traceback is printed, so there rank 0 prints the diagnosis itself, every rank waits for
+it at ``synchronize``, and rank 0 too raises the one-line pointer.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import replace
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .check import NormcheckFailure, Verdict
 from .errors import NormcheckWarning
@@ -65,21 +68,29 @@ def passed_line(verdict: Verdict, step: Optional[int]) -> str:
             f"{_objective_words(report)}")
 
 
-def pointer_line(verdict: Verdict, step: Optional[int]) -> str:
+def pointer_line(verdict: Verdict, step: Optional[int], where: str = "rank 0 reports the whole diagnosis") -> str:
     """What every rank but 0 raises: the outcome in one line, pointing to rank 0's diagnosis."""
     heading = {"fail": "FAILED", "inconclusive": "was INCONCLUSIVE"}.get(str(verdict.verdict), "was not judged")
     names = verdict.explanations or verdict.could_hide
     named = f" ({', '.join(names)})" if names else ""
-    return f"normcheck: {_what(step)} {heading}{named}: rank 0 reports the whole diagnosis"
+    return f"normcheck: {_what(step)} {heading}{named}: {where}"
 
 
-def conclude(verdict: Verdict, rank: int, step: Optional[int] = None, raise_on_failure: bool = True) -> Verdict:
-    """On every rank at once: prints the pass line on rank 0, or raises (warns) the failure, whole on rank 0."""
+def conclude(verdict: Verdict, rank: int, step: Optional[int] = None, raise_on_failure: bool = True,
+             synchronize: Optional[Callable[[], None]] = None) -> Verdict:
+    """On every rank at once: prints the pass line on rank 0, or raises (warns) the failure, whole on rank 0.
+
+    ``synchronize`` (a barrier of every rank) is called under torchrun before a failure is raised."""
     if verdict.passed:
         if rank == 0:
             print(passed_line(verdict, step), file=sys.stderr, flush=True)
         return verdict
     text = verdict.message if rank == 0 else pointer_line(verdict, step)
+    if raise_on_failure and synchronize is not None and os.environ.get("TORCHELASTIC_RUN_ID"):
+        if rank == 0:
+            print(text, file=sys.stderr, flush=True)
+            text = pointer_line(verdict, step, "the whole diagnosis is printed above")
+        synchronize()
     if raise_on_failure:
         raise NormcheckFailure(text, [verdict])
     warnings.warn(text, NormcheckWarning, stacklevel=3)

@@ -750,4 +750,5 @@ class Probe:
 
     def conclude(self, verdict: Verdict, *, step: Optional[int] = None, raise_on_failure: bool = True) -> Verdict:
         """What ``check`` does with a verdict ``judge`` returned: call it on every rank with that verdict."""
-        return conclude(verdict, gather.current_rank(), step, raise_on_failure)
+        synchronize = dist.barrier if gather.distributed() else None
+        return conclude(verdict, gather.current_rank(), step, raise_on_failure, synchronize)

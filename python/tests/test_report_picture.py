@@ -11,8 +11,8 @@ from fractions import Fraction
 import pytest
 
 from normcheck import picture
-from normcheck._probe_report import framed, passed_line, pointer_line
-from normcheck.check import run_check
+from normcheck._probe_report import conclude, framed, passed_line, pointer_line
+from normcheck.check import NormcheckFailure, run_check
 from normcheck.remedies import FRAMEWORK_NAMES, REMEDIES, remedies, remedy
 
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cases", "groups")
@@ -137,3 +137,27 @@ def test_the_pass_line_and_the_pointer_compute_every_number(verdicts):
     hidden = verdicts["equal_counts.json"]
     assert pointer_line(hidden, 0) == (f"normcheck: step 0 was INCONCLUSIVE ({', '.join(hidden.could_hide)}): "
                                        "rank 0 reports the whole diagnosis")
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_under_torchrun_rank_0_prints_the_diagnosis_before_any_rank_raises(verdicts, torchrun, monkeypatch, capsys):
+    failed = verdicts["local_mean.json"]
+    assert not failed.passed
+    if torchrun:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    else:
+        monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    events = []
+    for rank in (0, 1):
+        with pytest.raises(NormcheckFailure) as raised:
+            conclude(failed, rank, 0, True, lambda: events.append(("barrier", capsys.readouterr().err)))
+        events.append(("raised", str(raised.value)))
+    printed = [text for kind, text in events if kind == "barrier" and text]
+    raised_texts = [text for kind, text in events if kind == "raised"]
+    if torchrun:  # the diagnosis printed once, by rank 0, before its barrier; every rank raises one line
+        assert [kind for kind, _ in events] == ["barrier", "raised", "barrier", "raised"]
+        assert printed == [failed.message + "\n"]
+        assert raised_texts == [pointer_line(failed, 0, "the whole diagnosis is printed above"), pointer_line(failed, 0)]
+    else:  # no barrier: rank 0's exception carries the diagnosis
+        assert [kind for kind, _ in events] == ["raised", "raised"]
+        assert raised_texts == [failed.message, pointer_line(failed, 0)]
