@@ -5,7 +5,9 @@
 
 #include "token_pool.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <memory>
 
 
@@ -25,7 +27,19 @@ bool mentions(std::string_view text, std::string_view word) {
 }
 
 constexpr std::string_view core_keys =
-    "format, ranks, world_size, reducer, theta, objective, normalizer, description, expect, expect_error";
+    "format, ranks, world_size, mesh, reducer, theta, objective, normalizer, description, expect, expect_error";
+
+std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept {
+  if (name == "data") return mesh_role::data;
+  if (name == "sequence") return mesh_role::sequence;
+  if (name == "replica") return mesh_role::replica;
+  return std::nullopt;
+}
+
+bool mesh_name(std::string_view name) {
+  if (name.empty() || name.front() < 'a' || name.front() > 'z') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
@@ -62,6 +76,9 @@ public:
         // Above 2^64 − 1 it cannot be the number of ranks listed: world_size_mismatch, like any other W.
         file_.declared_world_size =
             json_.integer("world_size", 1, std::numeric_limits<std::uint64_t>::max(), error_code::world_size_mismatch);
+      } else if (key == "mesh") {
+        mesh_offset_ = json_.value_offset();
+        read_mesh();
       } else if (key == "reducer") {
         file_.update.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives());
       } else if (key == "theta") {
@@ -104,6 +121,7 @@ public:
                  "world_size is " + std::to_string(*file_.declared_world_size) + " but the file lists " +
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
+    check_mesh();
     check_weighting();
     check_objective();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
@@ -121,6 +139,127 @@ public:
   }
 
 private:
+  // `mesh`: {"dims": [{"name", "size", "role"}, ...]}, non-empty, names distinct.
+  void read_mesh() {
+    if (json_.peek() != json_kind::object) json_.fail_type("mesh", "an object {\"dims\": [...]}");
+    json_.begin_object();
+    std::string_view key;
+    bool saw_dims = false;
+    while (json_.next_member(key)) {
+      if (key != "dims") json_.fail_unknown_key(key, "in mesh (a mesh has \"dims\")");
+      saw_dims = true;
+      const std::uint64_t dims_offset = json_.value_offset();
+      if (json_.peek() != json_kind::array) json_.fail_type("mesh.dims", "a non-empty array of dimensions");
+      json_.begin_array();
+      while (json_.next_element()) file_.mesh.push_back(read_mesh_dim());
+      if (file_.mesh.empty())
+        json_.fail(error_code::schema_error, "mesh.dims must not be empty: name every dimension of the mesh", dims_offset);
+    }
+    if (!saw_dims) json_.fail(error_code::schema_error, "mesh needs \"dims\": the mesh's dimensions", *mesh_offset_);
+  }
+
+  mesh_dim read_mesh_dim() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("each mesh dimension", "an object {\"name\": \"dp\", \"size\": 2, \"role\": \"data\"}");
+    json_.begin_object();
+    mesh_dim dim;
+    bool saw_name = false;
+    bool saw_size = false;
+    bool saw_role = false;
+    std::string_view key;
+    while (json_.next_member(key)) {
+      if (key == "name") {
+        const std::uint64_t name_offset = json_.value_offset();
+        dim.name = std::string(json_.text("name"));
+        if (!mesh_name(dim.name))
+          json_.fail(error_code::schema_error,
+                     "a mesh dimension's name is an identifier of lower-case letters, digits and _ that starts with a "
+                     "letter, found \"" + dim.name + "\"",
+                     name_offset);
+        for (const mesh_dim& other : file_.mesh)
+          if (other.name == dim.name)
+            json_.fail(error_code::schema_error, "mesh dimension \"" + dim.name + "\" is named twice", name_offset);
+        saw_name = true;
+      } else if (key == "size") {
+        dim.size = json_.integer("size", 1, std::numeric_limits<std::uint64_t>::max(), error_code::schema_error);
+        saw_size = true;
+      } else if (key == "role") {
+        dim.role = json_.named("role", mesh_role_from_name, "data, sequence or replica");
+        saw_role = true;
+      } else {
+        json_.fail_unknown_key(key, "in a mesh dimension (it has \"name\", \"size\" and \"role\")");
+      }
+    }
+    if (!saw_name || !saw_size || !saw_role)
+      json_.fail(error_code::schema_error, "a mesh dimension needs \"name\", \"size\" and \"role\"", offset);
+    return dim;
+  }
+
+  // The mesh against the ranks: the sizes' product is W, every `coords` the rank's row-major coordinates.
+  // Replicas and slices of the same sequences are refused until the objective counts them.
+  void check_mesh() {
+    if (file_.mesh.empty()) {
+      if (!coords_.empty())
+        json_.fail(error_code::schema_error, "a rank gives \"coords\" but the file declares no mesh", coords_.front().second);
+      return;
+    }
+    rational product = 1;
+    for (const mesh_dim& dim : file_.mesh) product *= rational(dim.size);
+    const std::uint64_t ranks = file_.update.world_size();
+    if (product != rational(ranks))
+      json_.fail(error_code::world_size_mismatch,
+                 "the mesh's sizes multiply to " + to_string(product) + " but the file lists " + std::to_string(ranks) +
+                     " ranks: the mesh must hold every rank once",
+                 *mesh_offset_);
+    for (const auto& [rank, at] : coords_) {
+      const std::vector<std::uint64_t>& given = given_coords_[rank];
+      std::uint64_t rest = rank;
+      std::vector<std::uint64_t> expected(file_.mesh.size());
+      for (std::size_t d = file_.mesh.size(); d-- > 0;) {
+        expected[d] = rest % file_.mesh[d].size;
+        rest /= file_.mesh[d].size;
+      }
+      if (given != expected)
+        json_.fail(error_code::schema_error,
+                   "rank " + std::to_string(rank) + "'s coords are not its row-major coordinates in the mesh (" +
+                       spelled_coords(expected) + "): ranks are listed in the order init_device_mesh numbers them",
+                   at);
+    }
+    for (const mesh_dim& dim : file_.mesh) {
+      if (dim.size == 1 || dim.role == mesh_role::data) continue;
+      if (dim.role == mesh_role::replica)
+        json_.fail(error_code::schema_error,
+                   "mesh dimension \"" + dim.name + "\" has the role replica, which this normcheck does not judge yet: "
+                   "list one rank per replica group",
+                   *mesh_offset_);
+      if (counts_sequences(file_.update.objective))
+        json_.fail(error_code::schema_error,
+                   "mesh dimension \"" + dim.name + "\" has the role sequence, whose slices this normcheck does not yet "
+                   "join into whole sequences under " + std::string(objective_name(file_.update.objective)),
+                   *mesh_offset_);
+    }
+  }
+
+  static std::string spelled_coords(const std::vector<std::uint64_t>& coords) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < coords.size(); ++i) out += (i ? ", " : "") + std::to_string(coords[i]);
+    return out + "]";
+  }
+
+  // A rank's `coords`: an array of non-negative integers, checked against the mesh once it is read.
+  void read_coords() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::array) json_.fail_type("coords", "an array of the rank's mesh coordinates");
+    json_.begin_array();
+    std::vector<std::uint64_t> coords;
+    while (json_.next_element())
+      coords.push_back(json_.integer("each coordinate", 0, std::numeric_limits<std::uint64_t>::max(), error_code::schema_error));
+    const std::size_t rank = file_.update.ranks.size();
+    coords_.emplace_back(rank, offset);
+    given_coords_[rank] = std::move(coords);
+  }
+
   void read_ranks() {
     if (json_.peek() != json_kind::array) json_.fail_type("ranks", "an array with one object per rank");
     const std::uint64_t offset = json_.value_offset();
@@ -163,12 +302,15 @@ private:
                      "microbatches must not be empty: a rank takes part with at least one microbatch "
                      "(an empty one, [], if it holds no token)",
                      list_offset);
+      } else if (key == "coords") {
+        read_coords();
       } else if (key == "weights") {
         // Read once the rank's tokens are known: the two are paired element by element.
         weights_offset = json_.value_offset();
         json_.skip_value();
       } else {
-        json_.fail_unknown_key(key, "in a rank (a rank has \"targets\" or \"microbatches\", and \"weights\" for a weighted objective)");
+        json_.fail_unknown_key(key, "in a rank (a rank has \"targets\" or \"microbatches\", \"weights\" for a weighted "
+                                    "objective, and \"coords\" in a mesh)");
       }
     }
     if (saw_targets == saw_microbatches)
@@ -609,6 +751,9 @@ private:
   std::uint64_t positions_ = 0;  // valid tokens and padding read so far
   std::optional<std::uint64_t> objective_offset_;
   std::optional<std::uint64_t> normalizer_offset_;
+  std::optional<std::uint64_t> mesh_offset_;
+  std::vector<std::pair<std::size_t, std::uint64_t>> coords_;          // each rank giving `coords`, and where
+  std::map<std::size_t, std::vector<std::uint64_t>> given_coords_;     // those coordinates
   partition_file file_;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"
