@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <tuple>
 
 
 namespace normcheck {
@@ -40,6 +41,28 @@ bool mesh_name(std::string_view name) {
   if (name.empty() || name.front() < 'a' || name.front() > 'z') return false;
   return std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
+
+// Half-open positions [start, end) of a whole sequence.
+struct position_range {
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+};
+
+// A sequence slice as read: where it stands, its sequence's ID and the positions it holds (none given: empty).
+struct sequence_slice {
+  std::size_t rank = 0;
+  std::size_t microbatch = 0;
+  std::string id;
+  std::vector<position_range> positions;
+  std::uint64_t offset = 0;
+  bool named = false;  // "sequence" given
+
+  std::uint64_t covered() const {
+    std::uint64_t total = 0;
+    for (const position_range& range : positions) total += range.end - range.start;
+    return total;
+  }
+};
 
 // Reads one document; each member's reader validates its value where it stands.
 class document_reader {
@@ -122,6 +145,7 @@ public:
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
     check_mesh();
+    check_slices();
     check_weighting();
     check_objective();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
@@ -284,7 +308,7 @@ private:
       if (key == "targets") {
         saw_targets = true;
         tokens_offset = json_.value_offset();
-        rank.microbatches.push_back(read_microbatch("targets"));
+        rank.microbatches.push_back(read_microbatch("targets", 0));
         note_pooled(rank);
       } else if (key == "microbatches") {
         saw_microbatches = true;
@@ -294,7 +318,7 @@ private:
           json_.fail_type("microbatches", "a non-empty array of token arrays");
         json_.begin_array();
         while (json_.next_element()) {
-          rank.microbatches.push_back(read_microbatch("each microbatch"));
+          rank.microbatches.push_back(read_microbatch("each microbatch", rank.microbatches.size()));
           note_pooled(rank);
         }
         if (rank.microbatches.empty())
@@ -530,8 +554,9 @@ private:
     }
   }
 
-  // A microbatch: a token array (the hot path, possibly handed to a worker), a compact group, or sequences.
-  microbatch_stats read_microbatch(std::string_view what) {
+  // A microbatch (the rank's `microbatch`-th): a token array (the hot path, possibly handed to a worker), a
+  // compact group, or sequences.
+  microbatch_stats read_microbatch(std::string_view what, std::size_t microbatch) {
     const std::uint64_t offset = json_.value_offset();
     if (json_.peek() != json_kind::object) return read_tokens(what);
     count_group(offset);
@@ -559,7 +584,7 @@ private:
         if (key == "sequences")
           json_.fail(error_code::schema_error, "sequences do not nest: a sequence is a token array or a compact group",
                      json_.key_offset());
-        sequences.push_back(read_compact(sequence_offset, key));
+        sequences.push_back(read_compact(sequence_offset, key, microbatch));
       } else {
         sequences.push_back(read_token_array("each sequence", sequence_offset));
       }
@@ -572,13 +597,20 @@ private:
     return make_sequenced_microbatch(std::move(sequences));
   }
 
-  // A compact group, its first key `key` already read: {"count": n, "value": y, "padding": p}.
-  microbatch_stats read_compact(std::uint64_t offset, std::string_view key) {
+  // A compact group, its first key `key` already read: {"count": n, "value": y, "padding": p}. Inside
+  // sequences (`microbatch` given) it may instead be a sequence slice: "sequence": its ID, optionally
+  // "positions", and a compact group or "targets".
+  microbatch_stats read_compact(std::uint64_t offset, std::string_view key,
+                                std::optional<std::size_t> microbatch = std::nullopt) {
     constexpr std::uint64_t most = std::uint64_t{1} << 62;
     std::optional<std::uint64_t> count;
     std::optional<rational> value;
     std::uint64_t padding = 0;
+    bool saw_padding = false;
     std::uint64_t value_offset = offset;
+    std::optional<microbatch_stats> targets;
+    std::optional<sequence_slice> slice;
+    std::optional<std::uint64_t> positions_offset;
     for (bool more = true; more; more = json_.next_member(key)) {
       if (key == "count") {
         count = json_.integer("count", 0, most);
@@ -587,14 +619,66 @@ private:
         value = json_.exact("value");
       } else if (key == "padding") {
         padding = json_.integer("padding", 0, most);
+        saw_padding = true;
       } else if (key == "sequences") {
         json_.fail(error_code::schema_error,
                    "a compact group has count, value and padding; \"sequences\" stands alone in a microbatch",
                    json_.key_offset());
+      } else if (microbatch && (key == "sequence" || key == "positions" || key == "targets")) {
+        if (!slice) slice = sequence_slice{file_.update.ranks.size(), *microbatch, {}, {}, offset, false};
+        if (key == "sequence") {
+          slice->id = std::string(json_.text("sequence"));
+          slice->named = true;
+        } else if (key == "positions") {
+          positions_offset = json_.value_offset();
+          slice->positions = read_positions();
+        } else {
+          targets = read_token_array("a slice's targets", json_.value_offset());
+        }
+      } else if (key == "sequence" || key == "positions") {
+        json_.fail(error_code::schema_error,
+                   "\"" + std::string(key) + "\" belongs to a sequence slice, which stands inside "
+                   "{\"sequences\": [...]}",
+                   json_.key_offset());
       } else {
-        json_.fail_unknown_key(key, "in a compact group (it has count, value and padding)");
+        json_.fail_unknown_key(key, slice ? "in a sequence slice (a compact group has count, value and padding; a "
+                                                 "slice adds sequence and positions, and may give targets instead)"
+                                               : "in a compact group (it has count, value and padding)");
       }
     }
+    if (slice && !slice->named)
+      json_.fail(error_code::schema_error,
+                 "a sequence slice (with \"positions\" or \"targets\") needs \"sequence\": the ID of the sequence "
+                 "it is a slice of",
+                 offset);
+    microbatch_stats stats;
+    if (targets) {
+      if (count || value || saw_padding)
+        json_.fail(error_code::schema_error,
+                   "a sequence slice holds \"targets\" or a compact group (count, value, padding), not both", offset);
+      stats = std::move(*targets);
+    } else {
+      stats = compact_group(offset, count, value, padding, value_offset);
+    }
+    if (slice) {
+      if (positions_offset) {
+        const std::uint64_t covered = slice->covered();
+        const std::uint64_t held = stats.valid_tokens + stats.padding;
+        if (covered != held)
+          json_.fail(error_code::schema_error,
+                     "the slice's positions cover " + std::to_string(covered) + " positions but it holds " +
+                         std::to_string(held) + " (valid tokens and padding): give one position to each",
+                     *positions_offset);
+      }
+      slices_.push_back(std::move(*slice));
+    }
+    return stats;
+  }
+
+  // A compact group's statistics, once its keys are read.
+  microbatch_stats compact_group(std::uint64_t offset, std::optional<std::uint64_t> count,
+                                 const std::optional<rational>& value, std::uint64_t padding,
+                                 std::uint64_t value_offset) {
     if (!count)
       json_.fail(error_code::schema_error,
                  "a compact group needs \"count\": the number of valid tokens that share its value", offset);
@@ -612,6 +696,95 @@ private:
       budget_.note_kept(stats.sums->abs_sum, json_, value_offset);
     }
     return stats;
+  }
+
+  // A slice's `positions`: a non-empty array of half-open ranges [start, end), start < end, ascending
+  // without overlap.
+  std::vector<position_range> read_positions() {
+    constexpr std::uint64_t most = std::uint64_t{1} << 62;
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::array)
+      json_.fail_type("positions", "a non-empty array of half-open ranges [start, end]");
+    json_.begin_array();
+    std::vector<position_range> ranges;
+    while (json_.next_element()) {
+      const std::uint64_t at = json_.value_offset();
+      if (json_.peek() != json_kind::array)
+        json_.fail_type("each range of positions", "[start, end], two positions with start < end");
+      json_.begin_array();
+      std::vector<std::uint64_t> bounds;
+      while (json_.next_element()) {
+        if (bounds.size() == 2)
+          json_.fail(error_code::schema_error, "a range of positions is [start, end]: two positions, no more", at);
+        bounds.push_back(json_.integer("a position", 0, most));
+      }
+      if (bounds.size() != 2)
+        json_.fail(error_code::schema_error, "a range of positions is [start, end]: two positions", at);
+      const position_range range{bounds[0], bounds[1]};
+      if (range.start >= range.end)
+        json_.fail(error_code::schema_error,
+                   "a range of positions is half-open, [start, end) with start < end, found " + spelled(range), at);
+      if (!ranges.empty() && range.start < ranges.back().end)
+        json_.fail(error_code::schema_error,
+                   "the ranges of a slice's positions ascend without overlapping, but " + spelled(range) +
+                       " starts before " + spelled(ranges.back()) + " ends",
+                   at);
+      ranges.push_back(range);
+    }
+    if (ranges.empty())
+      json_.fail(error_code::schema_error, "positions must not be empty: give the ranges the slice holds", offset);
+    return ranges;
+  }
+
+  // The slices against the mesh: they need a sequence dimension, and the slices of one sequence (one ID
+  // in one microbatch of ranks that share their data coordinates) hold each position at most once.
+  void check_slices() {
+    if (slices_.empty()) return;
+    const bool sequence_dim = std::any_of(file_.mesh.begin(), file_.mesh.end(),
+                                          [](const mesh_dim& dim) { return dim.role == mesh_role::sequence; });
+    if (!sequence_dim)
+      json_.fail(error_code::schema_error,
+                 "a sequence slice needs a mesh with a sequence dimension, whose ranks hold the slices of one sequence",
+                 slices_.front().offset);
+    if (counts_sequences(file_.update.objective))
+      json_.fail(error_code::schema_error,
+                 "this normcheck does not yet join sequence slices into whole sequences under " +
+                     std::string(objective_name(file_.update.objective)),
+                 slices_.front().offset);
+    // Per sequence, its ranges so far by start: disjoint, so the one starting last before a range's end
+    // is the only one that can overlap it.
+    std::map<std::tuple<std::vector<std::uint64_t>, std::size_t, std::string>,
+             std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>>> held;
+    for (const sequence_slice& slice : slices_) {
+      auto& ranges = held[{data_coords(slice.rank), slice.microbatch, slice.id}];
+      for (const position_range& range : slice.positions) {
+        auto after = ranges.lower_bound(range.end);
+        if (after == ranges.begin()) continue;
+        const auto& [start, earlier] = *std::prev(after);
+        const auto& [end, rank] = earlier;
+        if (end > range.start)
+          json_.fail(error_code::schema_error,
+                     "a duplicated token: sequence \"" + printable(slice.id) + "\" of microbatch " +
+                         std::to_string(slice.microbatch) + " holds position " + std::to_string(std::max(start, range.start)) +
+                         " on rank " + std::to_string(rank) + " already, and again on rank " + std::to_string(slice.rank),
+                     slice.offset);
+      }
+      for (const position_range& range : slice.positions) ranges[range.start] = {range.end, slice.rank};
+    }
+  }
+
+  // A rank's coordinates along the mesh's dimensions other than the sequence ones.
+  std::vector<std::uint64_t> data_coords(std::size_t rank) const {
+    std::vector<std::uint64_t> coords;
+    for (std::size_t d = file_.mesh.size(); d-- > 0;) {
+      if (file_.mesh[d].role != mesh_role::sequence) coords.push_back(rank % file_.mesh[d].size);
+      rank /= file_.mesh[d].size;
+    }
+    return coords;
+  }
+
+  static std::string spelled(const position_range& range) {
+    return "[" + std::to_string(range.start) + ", " + std::to_string(range.end) + "]";
   }
 
   // A microbatch given as a token array: counted against the limit, and large arrays of large documents
@@ -754,6 +927,7 @@ private:
   std::optional<std::uint64_t> mesh_offset_;
   std::vector<std::pair<std::size_t, std::uint64_t>> coords_;          // each rank giving `coords`, and where
   std::map<std::size_t, std::vector<std::uint64_t>> given_coords_;     // those coordinates
+  std::vector<sequence_slice> slices_;                                 // every sequence slice, in file order
   partition_file file_;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes cases/mesh/: dp×cp meshes under the token mean, values computed with Fractions, not normcheck."""
+"""Writes cases/mesh/: dp×cp meshes under the token mean, whole sequences or zigzag slices of them, values
+computed with Fractions, not normcheck."""
 
 import json
 import sys
@@ -44,10 +45,61 @@ def case(description: str, ranks: list[list[int]], value: Fraction, gate: dict[s
     }
 
 
+# Two data groups of the dp2×cp2 mesh, each a microbatch of whole sequences split zigzag between its two
+# CP ranks: sequence ID -> every position's target (None: padding) in the whole sequence. The groups reuse
+# their IDs: a sequence is its ID within its data coordinates and microbatch.
+SEQUENCES = [
+    {"a": [1, 2, None, 4, 5, 6, 7, 8], "b": [3, 9, 2, 2]},
+    {"a": [5, None, 1, 6], "b": [10, 20, 30, 40, 50, 60, 70, 80]},
+]
+
+
+def zigzag(length: int, cp_rank: int) -> list[list[int]]:
+    """The load-balanced split: the sequence in 2·CP chunks, rank i holding chunks i and 2·CP − 1 − i."""
+    chunk = length // 4
+    first, second = cp_rank, 3 - cp_rank
+    return [[first * chunk, (first + 1) * chunk], [second * chunk, (second + 1) * chunk]]
+
+
+def sliced_ranks() -> list[list[dict[str, object]]]:
+    """Each rank's slices, in the mesh's row-major order: rank 2·dp + cp."""
+    ranks = []
+    for group in SEQUENCES:
+        for cp_rank in range(2):
+            slices = []
+            for sequence, targets in group.items():
+                positions = zigzag(len(targets), cp_rank)
+                held = [targets[i] for start, end in positions for i in range(start, end)]
+                slices.append({"sequence": sequence, "positions": positions, "targets": held})
+            ranks.append(slices)
+    return ranks
+
+
+def valid(slices: list[dict[str, object]]) -> list[int]:
+    """The valid targets a rank holds over its slices."""
+    return [y for s in slices for y in s["targets"] if y is not None]  # type: ignore[attr-defined]
+
+
+def sliced_case(description: str, value: Fraction, gate: dict[str, object]) -> dict[str, object]:
+    """The dp2×cp2 mesh holding SEQUENCES as zigzag slices, every rank holding `value` after the all-reduce."""
+    ranks = sliced_ranks()
+    return {
+        "format": "normcheck/1",
+        "description": description,
+        "mesh": MESH,
+        "ranks": [{"coords": coords(r), "targets": {"sequences": slices}} for r, slices in enumerate(ranks)],
+        "reducer": "mean",
+        "theta": 0,
+        "observed": {"per_rank": [text(value)] * len(ranks), "dtype": "exact"},
+        "expect_gate": gate,
+    }
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "cases" / "mesh"
     uneven = [[1], [2, 3, 4], [5, 6], [7, 8, 9, 10, 11]]
     even = [[1, 2], [3, 4], [5, 6], [7, 8]]
+    sliced = [valid(slices) for slices in sliced_ranks()]
     cases = {
         "dp2_cp2_correct.json": case("dp 2 × cp 2, each rank backpropagates W·Sᵣ/N over the distinct tokens",
                                      uneven, objective(uneven), {"verdict": "pass"}),
@@ -56,8 +108,14 @@ def main() -> None:
         "dp2_cp2_equal_counts.json": case("dp 2 × cp 2 with equal counts: the local mean cannot be told apart",
                                           even, objective(even),
                                           {"verdict": "inconclusive", "explanations": ["local_mean"]}),
+        "dp2_cp2_zigzag_correct.json": sliced_case("dp 2 × cp 2 with zigzag sequence slices, W·Sᵣ/N over the distinct tokens",
+                                                   objective(sliced), {"verdict": "pass"}),
+        "dp2_cp2_zigzag_local_mean.json": sliced_case("dp 2 × cp 2 with zigzag sequence slices, each rank its own mean",
+                                                      local_mean(sliced),
+                                                      {"verdict": "fail", "explanations": ["local_mean"]}),
     }
     assert local_mean(uneven) != objective(uneven) and local_mean(even) == objective(even)
+    assert local_mean(sliced) != objective(sliced)
     for name, document in cases.items():
         (out / name).write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
