@@ -263,7 +263,7 @@ def check_sdist(path):
         names = [n.split("/", 1)[1] for n in archive.getnames() if "/" in n]
     for needed in ("pyproject.toml", "CMakeLists.txt", "src/cli/main.cpp", "src/python/core_module.cpp",
                    "python/normcheck/_core.pyi", "cmake/version.hpp.in",
-                   "python/normcheck/__init__.py", "python/normcheck/check.py", "python/normcheck/py.typed", "PKG-INFO"):
+                   "python/normcheck/__init__.py", "python/normcheck/check.py", "python/normcheck/py.typed", "PKG-INFO", "LICENSE"):
         if needed not in names:
             raise Failure(f"the sdist {path} lacks {needed}")
     unwanted = [n for n in names if n.startswith(("tests/", "build", "bench/", "python/tests/", ".ci/"))
