@@ -40,10 +40,10 @@ def executable_version(executable):
 
 
 def source_copy(tmp_path):
-    """What a pure wheel is built from: the project file, the version's source and the package."""
+    """What a pure wheel is built from: the project file, its licence, the version's source and the package."""
     copy = tmp_path / "source"
     (copy / "python").mkdir(parents=True)
-    for name in ("pyproject.toml", "CMakeLists.txt"):
+    for name in ("pyproject.toml", "LICENSE", "CMakeLists.txt"):
         shutil.copy2(os.path.join(TOP, name), copy / name)
     shutil.copy2(os.path.join(PACKAGE, "README.md"), copy / "python" / "README.md")
     shutil.copytree(os.path.join(PACKAGE, "normcheck"), copy / "python" / "normcheck",
