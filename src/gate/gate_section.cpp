@@ -123,8 +123,9 @@ std::string place_text(const weight_row& row) {
 }
 
 // The weight table for a screen: one row per group, the first ones when there are many.
-void print_weights(std::ostream& out, const std::vector<weight_row>& rows, std::string_view indent) {
+void print_weights(std::ostream& out, const group_judgement& judgement, std::string_view indent) {
   constexpr std::size_t shown_rows = 24;
+  const std::vector<weight_row>& rows = judgement.rows;
   out << indent << "weights per group (what the code gave a token, what the objective gives it):\n";
   out << indent << "  " << padded("group", 7) << " " << padded("place", 22) << " " << padded("tokens", 7) << " "
       << padded("code", 26) << " " << padded("objective", 26) << " ratio\n";
@@ -136,25 +137,27 @@ void print_weights(std::ostream& out, const std::vector<weight_row>& rows, std::
         << padded(weight_text(row.objective), 26) << " " << weight_text(row.ratio)
         << (row.within_bound ? "" : "  outside its bound") << (row.witness_agrees ? "" : "  varies inside") << "\n";
   }
-  if (rows.size() > shown_rows)
-    out << indent << "  … " << rows.size() - shown_rows << " more groups (every one in --json)\n";
+  if (judgement.groups > shown_rows)
+    out << indent << "  … " << judgement.groups - std::min(rows.size(), shown_rows) << " more groups ("
+        << (judgement.groups <= rows.size() ? std::string("every one") : "the first " + std::to_string(rows.size()))
+        << " in --json)\n";
 }
 
 // The weight table as the text report prints it (lines without indent), for front ends that print it too.
-std::string weights_text(const std::vector<weight_row>& rows) {
+std::string weights_text(const group_judgement& judgement) {
   std::ostringstream text;
-  print_weights(text, rows, "");
+  print_weights(text, judgement, "");
   return text.str();
 }
 
-void write_weights(json_writer& json, const std::vector<weight_row>& rows) {
-  constexpr std::size_t written_rows = 10000;
+void write_weights(json_writer& json, const group_judgement& judgement) {
+  const std::vector<weight_row>& rows = judgement.rows;
   json.begin_object()
-      .member("groups", static_cast<std::uint64_t>(rows.size()))
-      .member("text", weights_text(rows))
+      .member("groups", static_cast<std::uint64_t>(judgement.groups))
+      .member("text", weights_text(judgement))
       .key("rows")
       .begin_array();
-  for (std::size_t i = 0; i < rows.size() && i < written_rows; ++i) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
     const weight_row& row = rows[i];
     json.begin_object()
         .member("group", static_cast<std::uint64_t>(i))
@@ -174,7 +177,7 @@ void write_weights(json_writer& json, const std::vector<weight_row>& rows) {
         .member("witness_agrees", row.witness_agrees)
         .end_object();
   }
-  json.end_array().member("omitted", static_cast<std::uint64_t>(rows.size() > written_rows ? rows.size() - written_rows : 0));
+  json.end_array().member("omitted", static_cast<std::uint64_t>(judgement.groups - rows.size()));
   json.end_object();
 }
 
@@ -530,7 +533,7 @@ void gate_section::print_text(std::ostream& out, const partition_file& document,
   if (gate.ratio)
     out << "        unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ " << approximate(*gate.ratio)
         << "), no known mistake fits\n";
-  if (gate.groups) print_weights(out, gate.groups->rows, "        ");
+  if (gate.groups) print_weights(out, *gate.groups, "        ");
   for (const site_result& site : gate.sites) {
     const bool agrees = !site.replica_difference && site.judgement.matches_objective;
     out << "        site " << printable(site.name) << ": "
@@ -540,7 +543,7 @@ void gate_section::print_text(std::ostream& out, const partition_file& document,
     if (site.replica_difference) out << "          " << shorten(*site.replica_difference, 400) << "\n";
     out << "          " << shorten(site.judgement.detail, 400) << "\n";
     print_explanations(out, "  diagnosis:", site.judgement.diagnosis);
-    print_weights(out, site.judgement.rows, "          ");
+    print_weights(out, site.judgement, "          ");
   }
   if (expectation_ && judged_expectation_held_)
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
@@ -571,7 +574,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
   json.member("ratio", gate.ratio);
   if (gate.groups) {
     json.key("weights");
-    write_weights(json, gate.groups->rows);
+    write_weights(json, *gate.groups);
   }
   if (!gate.sites.empty()) {
     json.key("sites").begin_array();
@@ -586,7 +589,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       json.key("could_hide");
       write_explanations(json, site.judgement.could_hide);
       json.key("weights");
-      write_weights(json, site.judgement.rows);
+      write_weights(json, site.judgement);
       json.end_object();
     }
     json.end_array();

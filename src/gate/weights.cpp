@@ -22,8 +22,10 @@ struct group_facts {
   rational witness_magnitude;   // n·|θ| + n(n+1)/2
 };
 
-std::vector<group_facts> facts_of(const partition& update) {
+// Without a witness the witness's sums are left 0: nothing reads them.
+std::vector<group_facts> facts_of(const partition& update, bool with_witness) {
   std::vector<group_facts> facts;
+  facts.reserve(update.group_count());
   const rational theta_size = abs(update.theta);
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {
     const rank_stats& rank = update.ranks[r];
@@ -39,6 +41,10 @@ std::vector<group_facts> facts_of(const partition& update) {
         rational magnitude = theta_size * group.mass();
         magnitude += group.weighted_target_abs_sum();
         f.magnitude = std::move(magnitude);
+        if (!with_witness) {
+          facts.push_back(std::move(f));
+          continue;
+        }
         const rational n{group.valid_tokens};
         rational positions = n * (n + 1) / 2;  // Σ j for j = 1 … n
         rational witness = n * update.theta;
@@ -131,18 +137,6 @@ public:
     return out;
   }
 
-  /// Every weight, in group order (nullopt if one is undefined).
-  std::optional<std::vector<rational>> all(const std::vector<group_facts>& facts) const {
-    std::vector<rational> out;
-    out.reserve(facts.size());
-    for (const group_facts& f : facts) {
-      std::optional<rational> w = at(f.where);
-      if (!w) return std::nullopt;
-      out.push_back(std::move(*w));
-    }
-    return out;
-  }
-
 private:
   using unit_key = std::tuple<std::size_t, std::size_t, std::size_t>;
 
@@ -180,6 +174,14 @@ bool table_fits(const lazy_table& table, const std::vector<group_facts>& facts, 
     const std::optional<rational> w = table.at(facts[g].where);
     if (!w || !group_fits(g, *w, facts, m, bounds)) return false;
   }
+  return true;
+}
+
+// Whether two tables give every group the same weight (read until their first difference): candidates that
+// coincide on this update are named once, without holding either table.
+bool same_table(const lazy_table& a, const lazy_table& b, const std::vector<group_facts>& facts) {
+  for (const group_facts& f : facts)
+    if (a.at(f.where) != b.at(f.where)) return false;
   return true;
 }
 
@@ -480,23 +482,32 @@ std::optional<std::string> replica_difference(const group_measurement& measureme
 
 group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds) {
   group_judgement result;
-  const std::vector<group_facts> facts = facts_of(update);
   const measured m{&measurement.per_rank.front(), measurement.witness.empty() ? nullptr : &measurement.witness.front()};
+  const std::vector<group_facts> facts = facts_of(update, m.witness != nullptr);
   const objective_units units(update, update.objective);
   const lazy_table objective_table(update, update.objective, normalization_of(strategy::global_mean));
-  const std::vector<rational> objective = objective_table.all(facts).value_or(std::vector<rational>(facts.size()));
   const std::optional<std::size_t> anchor = anchor_group(facts, m);
 
+  // Every group is judged; the first kept_weight_rows of them are kept as rows for the reports, and the
+  // first one outside its bound for the detail.
   std::size_t outside = 0;
   std::optional<std::size_t> first_outside;
+  std::optional<weight_row> worst;
+  result.groups = facts.size();
+  result.rows.reserve(std::min(facts.size(), kept_weight_rows));
   for (std::size_t g = 0; g < facts.size(); ++g) {
     const group_facts& f = facts[g];
+    const rational objective = objective_table.at(f.where).value_or(rational(0));
+    const bool within_bound = group_fits(g, objective, facts, m, bounds);
+    outside += within_bound ? 0 : 1;
+    const bool kept = g < kept_weight_rows;
+    if (!kept && (within_bound || first_outside)) continue;
     weight_row row;
     row.where = f.where;
     row.sequence = f.sequence;
     row.tokens = f.tokens;
     row.observed = (*m.primary)[g];
-    row.objective = objective[g];
+    row.objective = objective;
     if (const rational* number = std::get_if<rational>(&row.observed); number && f.derivative != 0) {
       rational code = *number / f.derivative;
       if (row.objective != 0) {
@@ -505,12 +516,15 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
       }
       row.code = std::move(code);
     }
-    row.within_bound = group_fits(g, objective[g], facts, m, bounds);
-    if (!row.within_bound && !first_outside) first_outside = g;
-    outside += row.within_bound ? 0 : 1;
-    result.rows.push_back(std::move(row));
+    row.within_bound = within_bound;
+    if (!within_bound && !first_outside) {
+      first_outside = g;
+      worst = row;
+    }
+    if (kept) result.rows.push_back(std::move(row));
   }
-  for (std::size_t g : varying_groups(facts, m, bounds)) result.rows[g].witness_agrees = false;
+  for (std::size_t g : varying_groups(facts, m, bounds))
+    if (g < result.rows.size()) result.rows[g].witness_agrees = false;
   result.matches_objective = outside == 0 && (bounds.factor || bounds.explicit_tolerance);
 
   const std::string instead = correct_instead(update);
@@ -527,12 +541,11 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   }
   // The exact candidates that fit; among those with the same table on this update, the first only.
   std::vector<const candidate*> fitting;
-  std::vector<std::vector<rational>> fitting_tables;
   for (const candidate& c : candidates) {
     if (!table_fits(c.table, facts, m, bounds)) continue;
-    std::vector<rational> table = c.table.all(facts).value_or(std::vector<rational>());
-    if (std::find(fitting_tables.begin(), fitting_tables.end(), table) != fitting_tables.end()) continue;
-    fitting_tables.push_back(std::move(table));
+    if (std::any_of(fitting.begin(), fitting.end(),
+                    [&](const candidate* kept) { return same_table(kept->table, c.table, facts); }))
+      continue;
     fitting.push_back(&c);
   }
   if (result.matches_objective) {
@@ -546,11 +559,10 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
                     "computation on this partition";
     return result;
   }
-  const weight_row& worst = result.rows[*first_outside];
   result.detail = std::to_string(outside) + " of " + std::to_string(facts.size()) + " groups do not weigh what the "
                   "objective gives them; the first, " + place_of(facts[*first_outside]) + ", weighs " +
-                  (worst.code ? on_screen(*worst.code) + " (≈ " + approximate(*worst.code) + ")" : to_string(worst.observed)) +
-                  " where the objective gives " + on_screen(worst.objective) + " (≈ " + approximate(worst.objective) + ")";
+                  (worst->code ? on_screen(*worst->code) + " (≈ " + approximate(*worst->code) + ")" : to_string(worst->observed)) +
+                  " where the objective gives " + on_screen(worst->objective) + " (≈ " + approximate(worst->objective) + ")";
 
   for (const candidate* c : fitting) result.diagnosis.push_back(explain(*c, facts, instead));
   if (!result.diagnosis.empty()) return result;
@@ -558,12 +570,10 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   // A factor on the objective or on a candidate, then geometric weights.
   const candidate objective_candidate{"objective", objective_table, {}};
   std::vector<candidate> scaled_fits;
-  std::vector<std::vector<rational>> scaled_tables;
   auto keep = [&](std::optional<candidate> c) {
-    if (!c) return;
-    std::vector<rational> table = c->table.all(facts).value_or(std::vector<rational>());
-    if (std::find(scaled_tables.begin(), scaled_tables.end(), table) != scaled_tables.end()) return;
-    scaled_tables.push_back(std::move(table));
+    if (!c || std::any_of(scaled_fits.begin(), scaled_fits.end(),
+                          [&](const candidate& kept) { return same_table(kept.table, c->table, facts); }))
+      return;
     scaled_fits.push_back(std::move(*c));
   };
   keep(factor_fit(objective_candidate, update, facts, m, bounds, anchor));

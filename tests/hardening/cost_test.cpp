@@ -181,3 +181,41 @@ TEST_CASE("observed divisors and masses count against --max-exact-digits, and lo
     }
   }
 }
+
+namespace {
+
+// A per-group dump of `groups` one-token sequences over two ranks, every component the token mean's but
+// component `odd`, which is twice it.
+std::string group_dump(std::size_t groups, std::size_t odd) {
+  std::string sequences;
+  for (std::size_t g = 0; g < groups / 2; ++g) sequences += g ? ",[1]" : "[1]";
+  const std::string rank = R"({"microbatches": [{"sequences": [)" + sequences + "]}]}";
+  std::size_t exponent = 0;
+  while ((std::size_t{1} << exponent) < groups) ++exponent;
+  std::string vector;
+  for (std::size_t g = 0; g < groups; ++g)
+    vector += std::string(g ? "," : "") + "\"-0x1p-" + std::to_string(g == odd ? exponent - 1 : exponent) + "\"";
+  return R"({"format": "normcheck/1", "world_size": 2, "ranks": [)" + rank + "," + rank +
+         R"(], "observed": {"dtype": "float32", "per_rank": [[)" + vector + "],[" + vector + "]]}}";
+}
+
+}  // namespace
+
+TEST_CASE("a per-group dump of more groups than the reports keep is judged in every group") {
+  hardening::temporary_directory dir;
+  // 16384 groups, the first 10000 kept as rows; only group 12000 (rank 1's sequence 3808) is wrong.
+  hardening::write_text(dir / "dump.json", group_dump(16384, 12000));
+  const process_result text = run({"check", dir / "dump.json"});
+  CHECK_FALSE(text.timed_out);
+  CHECK(text.status == 1);
+  CAPTURE(text.out);
+  CHECK(text.out.find("1 of 16384 groups do not weigh what the objective gives them; the first, rank 1, "
+                      "microbatch 0, sequence 3808") != std::string::npos);
+  CHECK(text.out.find("… 16360 more groups (the first 10000 in --json)") != std::string::npos);
+  const process_result json = run({"check", "--json", dir / "dump.json"});
+  CHECK(json.status == 1);
+  CHECK(json.out.find(R"("groups": 16384)") != std::string::npos);
+  CHECK(json.out.find(R"("omitted": 6384)") != std::string::npos);
+  CHECK(json.out.find(R"("group": 9999,)") != std::string::npos);
+  CHECK(json.out.find(R"("group": 10000,)") == std::string::npos);
+}

@@ -12,6 +12,7 @@
 #include "normcheck/gate/mistakes.hpp"
 #include "normcheck/gate/observed.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,9 +33,14 @@ struct weight_row {
   bool witness_agrees = true;    ///< the witness component agrees with one weight for the whole group
 };
 
+/// How many rows of the weight table a judgement keeps: the first groups in group order. The reports show
+/// these (the JSON report all of them, the text report the first few); the verdict covers every group.
+inline constexpr std::size_t kept_weight_rows = 10000;
+
 /// What the gate concluded about one measurement (the top-level probe or one site).
 struct group_judgement {
-  std::vector<weight_row> rows;
+  std::size_t groups = 0;               ///< the groups judged
+  std::vector<weight_row> rows;         ///< the first min(groups, kept_weight_rows) of them
   bool matches_objective = false;       ///< every component within its bound of the objective's
   std::vector<explanation> diagnosis;   ///< what fits when it does not match
   std::vector<explanation> could_hide;  ///< wrong computations that fit as well when it matches
