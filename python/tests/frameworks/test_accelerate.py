@@ -8,6 +8,7 @@ mean loss, which ``accelerator.backward`` divides by G, is the microbatch mean.
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Dict, List
 
 import pytest
@@ -17,10 +18,23 @@ from scripts import run_ranks
 EXPECTED = {"token_count": ("pass", None), "mean": ("fail", "microbatch_mean")}
 
 
+def require_localhost() -> None:
+    """``accelerate launch`` looks up the name "localhost" before it starts anything
+    (``accelerate.utils.other.is_port_in_use``); where it does not resolve, say so instead of failing later
+    with a bare ``socket.gaierror``."""
+    try:
+        socket.getaddrinfo("localhost", None)
+    except socket.gaierror as e:
+        raise AssertionError("accelerate launch looks up 'localhost', which this machine does not resolve "
+                             f"({e}); add '127.0.0.1 localhost' to /etc/hosts (.ci/setup --tests does)") from None
+
+
 @pytest.fixture(scope="module", params=["accelerate_launch", "debug_launcher"])
 def ranks(request: Any, tmp_path_factory: Any) -> List[Dict[str, Any]]:
     """Both processes' results of every variant (one launch per launcher)."""
     launcher = request.param
+    if launcher == "accelerate_launch":
+        require_localhost()
     return run_ranks("accelerate_loop.py", str(tmp_path_factory.mktemp(launcher)), 2, timeout=400,
                      arguments=[launcher])
 
