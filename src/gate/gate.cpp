@@ -121,7 +121,9 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
     result.checks.push_back(std::move(sites));
   }
 
-  const bool finite = std::all_of(top.per_rank.front().begin(), top.per_rank.front().end(), is_finite);
+  const observed_vector& components = top.per_rank.front();
+  bool finite = true;
+  for (std::size_t g = 0; g < components.size() && finite; ++g) finite = components.is_finite(g);
   if (!finite) {
     if (std::optional<explanation> empty = mean_over_nothing(update)) judgement.diagnosis = {std::move(*empty)};
     result.verdict = gate_verdict::fail;

@@ -67,30 +67,31 @@ rational kept_non_negative(field_reader& in, std::string_view what) {
 }
 
 // A vector of observed values, one per group.
-std::vector<observed_value> read_observed_vector(field_reader& in, std::string_view what) {
+observed_vector read_observed_vector(field_reader& in, std::string_view what) {
   if (in.peek() != json_kind::array) in.fail_type(what, "an array with one value per group of the update");
   in.begin_array();
-  std::vector<observed_value> values;
+  observed_vector values;
   while (in.next_element()) values.push_back(read_observed_value(in, "each group's value"));
   return values;
 }
 
 // `per_rank` (or `witness`) given as vectors: one array per rank.
-std::vector<std::vector<observed_value>> read_observed_vectors(field_reader& in, std::string_view what) {
+std::vector<observed_vector> read_observed_vectors(field_reader& in, std::string_view what) {
   if (in.peek() != json_kind::array) in.fail_type(what, "an array with one array per rank, one value per group");
   const std::uint64_t offset = in.value_offset();
   in.begin_array();
-  std::vector<std::vector<observed_value>> ranks;
+  std::vector<observed_vector> ranks;
   while (in.next_element()) ranks.push_back(read_observed_vector(in, "each rank's vector"));
   if (ranks.empty()) in.fail(error_code::schema_error, std::string(what) + " must list every rank's vector", offset);
   return ranks;
 }
 
 // One rank's value of the scalar probe: the sum of its vector's components (NaN or an infinity as it is).
-observed_value summed(const std::vector<observed_value>& components) {
+observed_value summed(const observed_vector& components) {
   tree_sum total;
   std::optional<non_finite> special;
-  for (const observed_value& v : components) {
+  for (std::size_t i = 0; i < components.size(); ++i) {
+    const observed_value v = components[i];
     if (const rational* number = std::get_if<rational>(&v)) total.add(*number);
     else if (!special) special = std::get<non_finite>(v);
   }
@@ -207,7 +208,7 @@ void gate_section::read_observed(field_reader& in) {
   bool saw_gradient = false;
   bool saw_dtype = false;
   std::optional<group_measurement> groups;
-  std::optional<std::vector<std::vector<observed_value>>> witness;
+  std::optional<std::vector<observed_vector>> witness;
   std::string_view key;
   while (in.next_member(key)) {
     if (key == "gradient") {
@@ -276,7 +277,7 @@ void gate_section::read_observed(field_reader& in) {
             witness ? *witness_offset_ : observed_offset_);
   if (groups) {
     if (witness) groups->witness = std::move(*witness);
-    for (const std::vector<observed_value>& components : groups->per_rank) observed.per_rank.push_back(summed(components));
+    for (const observed_vector& components : groups->per_rank) observed.per_rank.push_back(summed(components));
     observed.groups = std::move(groups);
   }
   observed_ = std::move(observed);
@@ -460,7 +461,7 @@ void gate_section::settle_groups(const partition_file& document, field_reader& i
   const observed_result& observed = *observed_;
   const std::uint64_t groups = document.update.group_count();
   const std::uint64_t ranks = document.update.world_size();
-  auto shaped = [&](const std::vector<std::vector<observed_value>>& vectors, bool per_rank, const std::string& what,
+  auto shaped = [&](const std::vector<observed_vector>& vectors, bool per_rank, const std::string& what,
                     std::uint64_t offset) {
     if (per_rank && vectors.size() != ranks)
       in.fail(error_code::schema_error,

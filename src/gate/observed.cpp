@@ -2,6 +2,10 @@
 
 #include "normcheck/core/names.hpp"
 
+#include <gmp.h>
+
+#include <limits>
+
 namespace normcheck {
 
 namespace {
@@ -21,6 +25,73 @@ std::optional<non_finite> non_finite_from_name(std::string_view name) noexcept {
 std::string to_string(const observed_value& value) {
   if (const rational* number = std::get_if<rational>(&value)) return to_string(*number);
   return std::string(non_finite_name(std::get<non_finite>(value)));
+}
+
+void observed_vector::push_back(const observed_value& value) {
+  cell c;
+  if (const non_finite* special = std::get_if<non_finite>(&value)) {
+    c.kind = *special == non_finite::nan                 ? cell_kind::nan
+             : *special == non_finite::positive_infinity ? cell_kind::positive_infinity
+                                                         : cell_kind::negative_infinity;
+    cells_.push_back(c);
+    return;
+  }
+  const rational& number = std::get<rational>(value);
+  const mpq_srcptr q = number.backend().data();
+  // Canonical, so m·2⁻ᵏ is held exactly one way: the numerator m and the denominator's one set bit.
+  if (mpz_fits_slong_p(mpq_numref(q)) && mpz_popcount(mpq_denref(q)) == 1) {
+    const mp_bitcnt_t shift = mpz_scan1(mpq_denref(q), 0);
+    if (shift <= std::numeric_limits<std::uint32_t>::max()) {
+      c.mantissa = mpz_get_si(mpq_numref(q));
+      c.shift = static_cast<std::uint32_t>(shift);
+      cells_.push_back(c);
+      return;
+    }
+  }
+  c.kind = cell_kind::other;
+  c.mantissa = static_cast<std::int64_t>(others_.size());
+  others_.push_back(number);
+  cells_.push_back(c);
+}
+
+observed_value observed_vector::operator[](std::size_t i) const {
+  const cell& c = cells_[i];
+  switch (c.kind) {
+    case cell_kind::nan: return non_finite::nan;
+    case cell_kind::positive_infinity: return non_finite::positive_infinity;
+    case cell_kind::negative_infinity: return non_finite::negative_infinity;
+    case cell_kind::other: return others_[static_cast<std::size_t>(c.mantissa)];
+    case cell_kind::dyadic: break;
+  }
+  rational value;
+  const mpq_ptr q = value.backend().data();
+  mpz_set_si(mpq_numref(q), c.mantissa);
+  mpz_set_ui(mpq_denref(q), 0);
+  mpz_setbit(mpq_denref(q), c.shift);
+  return value;
+}
+
+bool observed_vector::same_at(std::size_t i, const observed_vector& other) const {
+  const cell& a = cells_[i];
+  const cell& b = other.cells_[i];
+  if (a.kind != b.kind) return false;
+  if (a.kind == cell_kind::other)
+    return others_[static_cast<std::size_t>(a.mantissa)] == other.others_[static_cast<std::size_t>(b.mantissa)];
+  return a.mantissa == b.mantissa && a.shift == b.shift;
+}
+
+std::vector<observed_value> observed_vector::values() const {
+  std::vector<observed_value> out;
+  out.reserve(size());
+  for (std::size_t i = 0; i < size(); ++i) out.push_back((*this)[i]);
+  return out;
+}
+
+bool operator==(const observed_vector& a, const observed_vector& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!a.same_at(i, b)) return false;
+  return true;
 }
 
 }  // namespace normcheck

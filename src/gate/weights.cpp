@@ -466,11 +466,11 @@ std::vector<weight_candidate> weight_candidates(const partition& update) {
 }
 
 std::optional<std::string> replica_difference(const group_measurement& measurement) {
-  auto first_difference = [](const std::vector<std::vector<observed_value>>& vectors,
+  auto first_difference = [](const std::vector<observed_vector>& vectors,
                              std::string_view what) -> std::optional<std::string> {
     for (std::size_t r = 1; r < vectors.size(); ++r)
       for (std::size_t g = 0; g < vectors[r].size(); ++g)
-        if (vectors[r][g] != vectors[0][g])
+        if (!vectors[r].same_at(g, vectors[0]))
           return "rank " + std::to_string(r) + " holds " + to_string(vectors[r][g]) + " in " + std::string(what) +
                  " component " + std::to_string(g) + " but rank 0 holds " + to_string(vectors[0][g]) +
                  ": after an all-reduce every replica holds the same vector, so the replicas diverged";
@@ -482,7 +482,11 @@ std::optional<std::string> replica_difference(const group_measurement& measureme
 
 group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds) {
   group_judgement result;
-  const measured m{&measurement.per_rank.front(), measurement.witness.empty() ? nullptr : &measurement.witness.front()};
+  // The measurement judged now, as values; every other one stays compact meanwhile.
+  const std::vector<observed_value> primary = measurement.per_rank.front().values();
+  const std::vector<observed_value> witness =
+      measurement.witness.empty() ? std::vector<observed_value>() : measurement.witness.front().values();
+  const measured m{&primary, measurement.witness.empty() ? nullptr : &witness};
   const std::vector<group_facts> facts = facts_of(update, m.witness != nullptr);
   const objective_units units(update, update.objective);
   const lazy_table objective_table(update, update.objective, normalization_of(strategy::global_mean));

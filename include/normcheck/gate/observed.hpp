@@ -36,6 +36,41 @@ inline bool is_finite(const observed_value& value) { return std::holds_alternati
 /// Canonical text: "p/q", or "nan", "inf", "-inf".
 std::string to_string(const observed_value& value);
 
+/// One measurement's components in group order, stored compactly. A dump's values are floats, so almost
+/// every one is m·2⁻ᵏ with |m| < 2⁶³: such a value takes 16 bytes here instead of a rational's hundred
+/// (the object and two allocations); NaN and the infinities take as much, and any other number is kept
+/// whole beside them. Reading a component gives the same exact value that was stored.
+class observed_vector {
+public:
+  std::size_t size() const noexcept { return cells_.size(); }
+  bool empty() const noexcept { return cells_.empty(); }
+  void reserve(std::size_t n) { cells_.reserve(n); }
+  void push_back(const observed_value& value);
+
+  /// Component i (0 ≤ i < size()).
+  observed_value operator[](std::size_t i) const;
+  /// Whether component i is a number.
+  bool is_finite(std::size_t i) const noexcept {
+    return cells_[i].kind == cell_kind::dyadic || cells_[i].kind == cell_kind::other;
+  }
+  /// Whether component i here and component i of `other` are the same value.
+  bool same_at(std::size_t i, const observed_vector& other) const;
+  /// Every component, as values.
+  std::vector<observed_value> values() const;
+
+  friend bool operator==(const observed_vector& a, const observed_vector& b);
+
+private:
+  enum class cell_kind : std::uint8_t { dyadic, nan, positive_infinity, negative_infinity, other };
+  struct cell {
+    std::int64_t mantissa = 0;  ///< the numerator m (dyadic), or the index in others_ (other)
+    std::uint32_t shift = 0;    ///< k: the denominator is 2^k (dyadic)
+    cell_kind kind = cell_kind::dyadic;
+  };
+  std::vector<cell> cells_;
+  std::vector<rational> others_;
+};
+
 /// An explicit tolerance that replaces the derived bound: |observed − v| ≤ absolute + relative·|v|.
 struct tolerance {
   rational absolute;
@@ -46,8 +81,8 @@ struct tolerance {
 /// component per group of the update in group order, and optionally the within-group witness.
 struct group_measurement {
   std::string site;  ///< the submodule the probe sat in; empty for the top-level probe
-  std::vector<std::vector<observed_value>> per_rank;  ///< [rank][group] (one rank if only `gradient` was given)
-  std::vector<std::vector<observed_value>> witness;   ///< empty, or shaped like per_rank
+  std::vector<observed_vector> per_rank;  ///< [rank][group] (one rank if only `gradient` was given)
+  std::vector<observed_vector> witness;   ///< empty, or shaped like per_rank
   bool from_per_rank = false;                         ///< given as `per_rank` (one vector per rank)
 };
 
