@@ -100,11 +100,12 @@ std::optional<rational> per_microbatch_global(const objective_units& units, cons
   const partition& update = units.update();
   const std::size_t g = update.ranks.front().microbatches.size();
   if (g < 2) return std::nullopt;  // the objective itself
+  // Defined only where every rank accumulates G microbatches (checked before any is read: `at` may lie in
+  // a microbatch another rank does not have).
+  for (const rank_stats& rank : update.ranks)
+    if (rank.microbatches.size() != g) return std::nullopt;
   tree_sum count;
-  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
-    if (update.ranks[r].microbatches.size() != g) return std::nullopt;
-    count.add(units.of_microbatch(r, at.microbatch));
-  }
+  for (std::size_t r = 0; r < update.ranks.size(); ++r) count.add(units.of_microbatch(r, at.microbatch));
   const rational total = count.value();
   if (total == 0) return std::nullopt;
   rational c = reducer_compensation(units) / (total * g);

@@ -181,3 +181,21 @@ TEST_CASE("every normalization but the objective's own carries its diagnosis wor
   CHECK(normcheck::why_wrong(shifted, reducer_kind::mean) ==
         std::string(shifted.why_wrong) + ": " + std::string(shifted.remedy));
 }
+
+TEST_CASE("a per-microbatch global count is undefined, and reads nothing, where ranks accumulate differently") {
+  // Rank 0 accumulates two microbatches, rank 1 three: rank 1's third microbatch has no counterpart on
+  // rank 0, and its weight must not be computed from one (it was read past rank 0's microbatches).
+  partition p;
+  p.ranks.resize(2);
+  for (int m = 0; m < 2; ++m) p.ranks[0].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({1})}));
+  for (int m = 0; m < 3; ++m) p.ranks[1].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({2})}));
+  const auto diagnosed = normcheck::diagnosed_normalizations();
+  const auto n = std::find_if(diagnosed.begin(), diagnosed.end(),
+                              [](const normcheck::normalization& d) { return d.name == "microbatch_global_count"; });
+  REQUIRE(n != diagnosed.end());
+  for (objective_kind objective : {objective_kind::token_mean, objective_kind::sequence_mean}) {
+    const objective_units units(p, objective);
+    CHECK_FALSE(normcheck::delivered_unit_weight(units, *n, {1, 2, 0}).has_value());
+    CHECK_FALSE(normcheck::delivered_unit_weight(units, *n, {0, 0, 0}).has_value());
+  }
+}
