@@ -108,17 +108,26 @@ public:
 
   /// The weight of the group at `where`, or nullopt where the coefficient is undefined.
   std::optional<rational> at(const group_ref& where) const {
+    const std::optional<rational>& coefficient = unit_coefficient(where);
+    if (!coefficient) return std::nullopt;
+    rational weight = *coefficient;
+    if (units_.objective() == objective_kind::sequence_mean) weight *= units_.token_factor(group_of(where));
+    if (ratio_) weight *= power(*ratio_, units_.update().ranks[where.rank].microbatches.size() - 1 - where.microbatch);
+    return weight;
+  }
+
+  /// Whether every group of a unit weighs the unit's coefficient (no factor of its own).
+  bool uniform_in_units() const { return units_.objective() != objective_kind::sequence_mean && !ratio_; }
+
+  /// The coefficient of the unit holding the group at `where` (its weight, when uniform_in_units()).
+  const std::optional<rational>& unit_coefficient(const group_ref& where) const {
     const unit_key key = key_of(where);
     if (!cached_ || cached_->first != key) {
       std::optional<rational> c = delivered_unit_weight(units_, *normalization_, where);
       if (c && factor_ != 1) *c *= factor_;
       cached_ = std::make_pair(key, std::move(c));
     }
-    if (!cached_->second) return std::nullopt;
-    rational weight = *cached_->second;
-    if (units_.objective() == objective_kind::sequence_mean) weight *= units_.token_factor(group_of(where));
-    if (ratio_) weight *= power(*ratio_, units_.update().ranks[where.rank].microbatches.size() - 1 - where.microbatch);
-    return weight;
+    return cached_->second;
   }
 
   /// This table times `factor`.
@@ -180,8 +189,11 @@ bool table_fits(const lazy_table& table, const std::vector<group_facts>& facts, 
 // Whether two tables give every group the same weight (read until their first difference): candidates that
 // coincide on this update are named once, without holding either table.
 bool same_table(const lazy_table& a, const lazy_table& b, const std::vector<group_facts>& facts) {
-  for (const group_facts& f : facts)
-    if (a.at(f.where) != b.at(f.where)) return false;
+  const bool by_unit = a.uniform_in_units() && b.uniform_in_units();
+  for (const group_facts& f : facts) {
+    if (by_unit ? a.unit_coefficient(f.where) != b.unit_coefficient(f.where) : a.at(f.where) != b.at(f.where))
+      return false;
+  }
   return true;
 }
 
@@ -497,11 +509,14 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   std::size_t outside = 0;
   std::optional<std::size_t> first_outside;
   std::optional<weight_row> worst;
+  bool objective_defined = true;
   result.groups = facts.size();
   result.rows.reserve(std::min(facts.size(), kept_weight_rows));
   for (std::size_t g = 0; g < facts.size(); ++g) {
     const group_facts& f = facts[g];
-    const rational objective = objective_table.at(f.where).value_or(rational(0));
+    const std::optional<rational> defined = objective_table.at(f.where);
+    objective_defined = objective_defined && defined.has_value();
+    const rational objective = defined.value_or(rational(0));
     const bool within_bound = group_fits(g, objective, facts, m, bounds);
     outside += within_bound ? 0 : 1;
     const bool kept = g < kept_weight_rows;
@@ -543,14 +558,23 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     }
     if (std::holds_alternative<rational>(observed_total)) observed_total = total.value();
   }
-  // The exact candidates that fit; among those with the same table on this update, the first only.
+  // The exact candidates that fit; among those with the same table on this update, the first only. Many
+  // candidates coincide on an update (on one rank, every one is the objective): a table equal to one
+  // already judged, the objective's included, has its result without reading the measurement again.
+  struct judged_table {
+    const lazy_table* table;
+    bool fits;
+  };
+  std::vector<judged_table> judged;
+  const bool objective_fits = outside == 0 && objective_defined;
   std::vector<const candidate*> fitting;
   for (const candidate& c : candidates) {
-    if (!table_fits(c.table, facts, m, bounds)) continue;
-    if (std::any_of(fitting.begin(), fitting.end(),
-                    [&](const candidate* kept) { return same_table(kept->table, c.table, facts); }))
-      continue;
-    fitting.push_back(&c);
+    if (std::any_of(judged.begin(), judged.end(),
+                    [&](const judged_table& j) { return same_table(*j.table, c.table, facts); }))
+      continue;  // a duplicate of a fitting candidate, or a table that does not fit
+    const bool fits = same_table(objective_table, c.table, facts) ? objective_fits : table_fits(c.table, facts, m, bounds);
+    judged.push_back({&c.table, fits});
+    if (fits) fitting.push_back(&c);
   }
   if (result.matches_objective) {
     result.detail = "all " + std::to_string(facts.size()) + " groups weigh what the objective gives them, each "
