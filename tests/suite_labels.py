@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Every CTest test carries exactly one suite label, so that `ctest -L SUITE` selects each suite whole.
+"""Every CTest test carries exactly one suite label, so that `ctest -L SUITE` selects each suite whole, and
+its name begins with that label ("laws: ..."), so that a failure's name says which suite to look in.
 
     suite_labels.py --ctest CTEST --build DIR --labels "unit;laws;..."
     suite_labels.py --self-test --labels "unit;laws;..."
 
 The first reads the build tree's tests from `ctest --show-only=json-v1` and lists every test with no
-suite label or more than one; the second requires a listing with one of each to be caught.
-Exit status 0 when every test has one suite label, 1 otherwise. Standard library only.
+suite label or more than one; the second requires a listing with one of each to be caught, and one whose name
+begins with another label.
+Exit status 0 when every test has one suite label and is named by it, 1 otherwise. Standard library only.
 """
 
 import argparse
@@ -26,8 +28,11 @@ def problems(listing, suites):
     found = []
     for test in listing.get("tests", []):
         mine = [label for label in labels_of(test) if label in suites]
+        name = test.get("name", "")
         if len(mine) != 1:
-            found.append(f"{test.get('name')}: suite labels {mine or 'none'} (labels {labels_of(test)})")
+            found.append(f"{name}: suite labels {mine or 'none'} (labels {labels_of(test)})")
+        elif not name.startswith(mine[0] + ":"):
+            found.append(f"{name}: named {name.split(':')[0]!r}, not by its suite label {mine[0]!r}")
     return found
 
 
@@ -37,14 +42,15 @@ def self_test(suites):
         {"name": "python: fine on torch (torch 2.13)", "properties": [{"name": "LABELS", "value": ["python", "torch", "venv"]}]},
         {"name": "cli: forgotten", "properties": [{"name": "TIMEOUT", "value": 10}]},
         {"name": "gate: twice", "properties": [{"name": "LABELS", "value": ["gate", "cli"]}]},
+        {"name": "properties: misnamed", "properties": [{"name": "LABELS", "value": ["laws"]}]},
     ]}
     found = problems(listing, suites)
     caught = [p.split(":")[0] + ":" + p.split(":")[1] for p in found]
-    expected = ["cli: forgotten", "gate: twice"]
+    expected = ["cli: forgotten", "gate: twice", "properties: misnamed"]
     if caught != expected:
         print(f"FAILED: the check reported {found}, expected exactly {expected}")
         return 1
-    print("the unlabelled and the doubly labelled test are caught; the labelled ones pass")
+    print("the unlabelled, the doubly labelled and the misnamed test are caught; the labelled ones pass")
     return 0
 
 
@@ -72,9 +78,10 @@ def main():
     for problem in found:
         print(problem)
     if found:
-        print(f"FAILED: {len(found)} of {count} tests have not exactly one suite label of {sorted(suites)}")
+        print(f"FAILED: {len(found)} of {count} tests have not exactly one suite label of {sorted(suites)}, "
+              "or are not named by it")
         return 1
-    print(f"{count} tests, each with one suite label")
+    print(f"{count} tests, each with one suite label and named by it")
     return 0
 
 

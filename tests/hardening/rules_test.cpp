@@ -74,7 +74,7 @@ TEST_CASE("every bundled case cut at every byte before its end never passes") {
   for (const std::filesystem::path& path : cases) {
     const std::string text = read_text(path);
     CAPTURE(path.string());
-    // A case that does not hold whole fails its own test ("case: ..."); its cuts must not pass either.
+    // A case that does not hold whole fails its own test ("cases: ..."); its cuts must not pass either.
     if (check_text(text, path.string()).status != file_status::pass) MESSAGE("does not pass whole: " << path.string());
     CHECK(passing_cuts(text).empty());
     cuts += text.size();
