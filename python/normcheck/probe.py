@@ -320,7 +320,18 @@ class Probe:
                              "DDP with find_unused_parameters would not see p used by the forward pass")
         return routed if found else None
 
+    def _idle(self) -> bool:
+        """No step is open and nothing is recorded: p only rides along in this backward, with gradient 0."""
+        return not self._active and not self._microbatches
+
     def _on_gradient(self, grad: torch.Tensor) -> None:
+        if self._idle():
+            # Between judged steps nothing is copied or kept: p's gradient (0) is dropped once the backward and
+            # any reduction are done, so that clipping and the optimizer never see it.
+            if not self._queued:
+                self._queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            return
         if self._keep_local:
             local = grad.detach().to(device="cpu", dtype=torch.float64)
             self._local = local.clone() if self._local is None else self._local.add_(local)
@@ -340,6 +351,10 @@ class Probe:
 
     def _after_reduction(self, mark: Optional[Tuple[int, int]]) -> None:
         """Second callback, after DDP's finalize: capture when this backward synchronized the gradients."""
+        if self._idle():
+            self._sync_forward = False
+            self._release()
+            return
         grad = self.parameter.grad
         if grad is None or type(grad) is not torch.Tensor:
             return

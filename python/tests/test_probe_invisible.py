@@ -194,3 +194,100 @@ def unrouted_step(rank, world_size, probe):
 def test_the_law_catches_p_left_out_of_a_backward_under_ddp(executable, tmp_path):
     for found in launch(unrouted_step, 2, executable=executable, timeout=300, directory=str(tmp_path)):
         assert any(line.startswith("gradients ") for line in found), found
+
+
+# -- a real run: judged every K-th step, the steps between untouched -----------------------------------
+
+
+def run_batches(rank, step):
+    """Step ``step``'s two microbatches on ``rank``: new tokens each step, a count that differs by rank."""
+    generator = torch.Generator().manual_seed(1000 + 10 * step + rank)
+    out = []
+    for m in range(2):
+        tokens = torch.randint(0, VOCAB, (2, 6), generator=generator)
+        labels = tokens.clone()
+        labels[1, 3 + m + rank:] = -100
+        out.append((tokens, labels))
+    return out
+
+
+def a_run(probed, make_probe, rank, world_size, *, every=2, steps=5, probe_class=Probe):
+    """``steps`` optimizer steps of two microbatches each, clipped over ``model.parameters()`` (p among them),
+    steps 0, ``every``, 2·``every``, … inside ``probe.step()`` and judged. p is float64 beside a float32
+    model, so a p.grad left between judged steps would change the dtype, and so the bits, of the clipped norm.
+    Returns the record of the last step and, for the probed run, what p.grad held after each unjudged step."""
+    from normcheck.integrations._shared import due
+
+    model = Model(None, False)
+    probe = make_probe(model, dtype=torch.float64, probe_class=probe_class) if probed else None
+    wrapped = nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
+    optimizer = torch.optim.AdamW(probe.model_parameters() if probe else model.parameters(), lr=1e-2)
+    left, verdicts = [], []
+    for step in range(steps):
+        judged = probe is not None and due(step, every=every)
+        losses = []
+        with probe.step() if judged else contextlib.nullcontext():
+            data = run_batches(rank, step)
+            total = sum(int((labels[:, 1:] != -100).sum()) for r in range(world_size)  # N: every rank's tokens
+                        for _, labels in run_batches(r, step))
+            for m, (tokens, labels) in enumerate(data):
+                quiet = world_size > 1 and m + 1 < len(data)
+                with wrapped.no_sync() if quiet else contextlib.nullcontext():
+                    loss = loss_of(wrapped(tokens), labels, True) * world_size / total
+                    loss.backward()
+                losses.append(loss)
+        if probe is not None and not judged:
+            left.append(probe.parameter.grad is not None)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        outcome = invisible.record(losses, model, optimizer if step + 1 == steps else None, probe)
+        if step + 1 < steps:
+            optimizer.step()
+        optimizer.zero_grad()
+        if judged:
+            verdicts.append(probe.judge(wrapped if world_size > 1 else None).verdict)
+    outcome["left"] = left
+    outcome["verdicts"] = verdicts
+    return outcome
+
+
+class Leaking(Probe):
+    """A planted probe that treats every backward as part of a step: p.grad stays set between judged steps."""
+
+    def _idle(self):
+        return False
+
+
+def run_differences(rank, world_size, make_probe, probe_class=Probe):
+    unprobed = a_run(False, make_probe, rank, world_size)
+    probed = a_run(True, make_probe, rank, world_size, probe_class=probe_class)
+    return {"differences": invisible.differences(unprobed, probed), "left": probed["left"],
+            "verdicts": probed["verdicts"]}
+
+
+def probe_maker(executable, directory):
+    def make(model, probe_class=Probe, **options):
+        return probe_class(model, executable=executable, directory=directory, **options)
+    return make
+
+
+def test_a_run_judged_every_other_step_is_bitwise_the_unprobed_run(executable, tmp_path):
+    found = run_differences(0, 1, probe_maker(executable, str(tmp_path)))
+    assert found["differences"] == []
+    assert found["left"] == [False, False]  # steps 1 and 3: p.grad dropped after their backwards
+    assert found["verdicts"] == ["inconclusive"] * 3  # steps 0, 2, 4 (one rank: a per-rank mean could hide)
+
+
+def run_step(rank, world_size, probe):
+    return run_differences(rank, world_size, probe_maker(probe.executable, probe.directory))
+
+
+def test_a_run_on_two_ranks_judged_every_other_step_is_bitwise_the_unprobed_run(executable, tmp_path):
+    for rank, found in enumerate(launch(run_step, 2, executable=executable, timeout=300, directory=str(tmp_path))):
+        assert found["differences"] == [], f"rank {rank}: " + "\n".join(found["differences"])
+        assert found["left"] == [False, False]
+        assert found["verdicts"] == ["pass"] * 3
+
+
+def test_the_run_law_catches_a_probe_that_leaves_p_grad_between_judged_steps(executable, tmp_path):
+    found = run_differences(0, 1, probe_maker(executable, str(tmp_path)), probe_class=Leaking)
+    assert found["left"] == [True, True]
