@@ -4,7 +4,8 @@ Modules: ``normcheck.dump`` (the normcheck/1 writer), ``normcheck.check`` (runs 
 ``suggest``; raises ``NormcheckFailure`` with the diagnosis), ``normcheck.native`` (the same checks in this
 process, through the extension ``pip install`` builds), ``normcheck.probe`` (``Probe``, needs torch;
 also importable as ``normcheck.torch``), ``normcheck.launch`` (W local ranks with a time limit) and the
-pytest fixture ``normcheck_gate``. Every error the package raises is a ``normcheck.Error``; option names
+pytest fixture ``normcheck_gate``; ``normcheck.due`` (``normcheck.schedule``) says which steps of a run to
+judge. Every error the package raises is a ``normcheck.Error``; option names
 have ``Literal`` types (``Objective``, ``Reducer``, ``CaptureMode``, ``FloatDtype``).
 Importing ``normcheck`` itself needs only the standard library. ``pip install`` of the repository builds
 the executable into the package (``normcheck/bin/normcheck``) and puts ``normcheck`` on PATH.
@@ -13,9 +14,10 @@ the executable into the package (``normcheck/bin/normcheck``) and puts ``normche
 from .check import NormcheckError, NormcheckFailure, Verdict, assert_passes, run_check
 from .errors import Error
 from .options import CaptureMode, FloatDtype, Objective, Reducer
+from .schedule import due
 
 __all__ = ["__version__", "Error", "NormcheckError", "NormcheckFailure", "Verdict", "assert_passes", "run_check",
-           "Objective", "Reducer", "CaptureMode", "FloatDtype"]
+           "Objective", "Reducer", "CaptureMode", "FloatDtype", "due"]
 
 
 def _version_of_checkout() -> str:

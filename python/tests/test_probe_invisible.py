@@ -216,7 +216,7 @@ def a_run(probed, make_probe, rank, world_size, *, every=2, steps=5, probe_class
     steps 0, ``every``, 2·``every``, … inside ``probe.step()`` and judged. p is float64 beside a float32
     model, so a p.grad left between judged steps would change the dtype, and so the bits, of the clipped norm.
     Returns the record of the last step and, for the probed run, what p.grad held after each unjudged step."""
-    from normcheck.integrations._shared import due
+    from normcheck import due
 
     model = Model(None, False)
     probe = make_probe(model, dtype=torch.float64, probe_class=probe_class) if probed else None

@@ -29,34 +29,38 @@ import lightning.pytorch as pl
 from torch import nn
 from torch.optim import Optimizer
 
-from ..check import Verdict
 from ..probe import Probe, ProbeError
-from ._shared import drop_from_optimizer
+from ._shared import JudgedRun, JudgedSteps, drop_from_optimizer
 
 __all__ = ["NormcheckCallback", "drop_from_optimizer"]
 
 
-class NormcheckCallback(pl.Callback):
-    """A Lightning ``Callback`` that judges optimizer step ``step`` (counted from 0, as ``global_step``).
+class NormcheckCallback(JudgedRun, pl.Callback):
+    """A Lightning ``Callback`` that judges optimizer step ``step`` (counted from 0, as ``global_step``), and with
+    ``every`` = K every K-th step after it; ``log``: a file rank 0 appends one JSON line per judged step to
+    (``normcheck.integrations._shared.JudgedSteps``).
 
     ``module``: the dotted name of the submodule to probe (default: the LightningModule itself); the
     probe routes p through that module's forward, so name one that every ``training_step`` calls when
     ``training_step`` does not call ``self(...)``. ``probe_factory(module)`` makes the probe (the
     ``normcheck_gate`` fixture's ``probe``), else ``Probe(module, **probe_options)``.
     ``raise_on_failure``: raise ``NormcheckFailure`` on every rank when the gate does not pass (the whole
-    diagnosis on rank 0), else warn alike and keep the verdict in ``verdict``; a pass prints one line on rank 0. ``judge_options`` go to ``Probe.judge``.
+    diagnosis on rank 0), else warn alike and keep the verdicts in ``verdicts``; a pass prints one line on
+    rank 0. ``judge_options`` go to ``Probe.judge``.
     """
 
-    def __init__(self, *, step: int = 0, module: Optional[str] = None,
+    def __init__(self, *, step: int = 0, every: Optional[int] = None, log: Optional[str] = None,
+                 module: Optional[str] = None,
                  probe_factory: Optional[Callable[[nn.Module], Probe]] = None,
                  probe_options: Optional[Mapping[str, Any]] = None, raise_on_failure: bool = True,
                  judge_options: Optional[Mapping[str, Any]] = None) -> None:
         """Configures the callback; the probe is attached at ``setup``."""
-        if step < 0:
-            raise ValueError(f"step counts optimizer steps from 0, not {step}")
+        self.steps = JudgedSteps(first=step, every=every, log=log)
+        """The judged steps' verdicts, and the log (its rank is set when the probe is attached)."""
         if probe_factory is not None and probe_options:
             raise TypeError("pass either probe_factory= or probe_options=, not both")
         self.step = step
+        self.every = every
         self.module = module
         self.probe_factory = probe_factory
         self.probe_options: Dict[str, Any] = dict(probe_options or {})
@@ -64,18 +68,11 @@ class NormcheckCallback(pl.Callback):
         self.judge_options: Dict[str, Any] = dict(judge_options or {})
         self.probe: Optional[Probe] = None
         """The probe, once attached (at ``setup``)."""
-        self.verdict: Optional[Verdict] = None
-        """The judged step's verdict, once judged."""
         self.window: Optional[int] = None
         """How many batches the judged window held (fewer than G in an epoch's short last window)."""
         self.dropped_from_optimizer = 0
         """How many parameter groups of the optimizers held p before the callback removed it."""
         self._active: Optional[contextlib.ExitStack] = None
-
-    @property
-    def judged(self) -> bool:
-        """True once the step was judged."""
-        return self.verdict is not None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Attaches the probe before the strategy wraps the module."""
@@ -86,6 +83,7 @@ class NormcheckCallback(pl.Callback):
             self.probe = self.probe_factory(target)
         else:
             self.probe = Probe(target, **self.probe_options)
+        self.steps.rank = self.probe.rank
 
     def _probe(self) -> Probe:
         if self.probe is None:
@@ -100,11 +98,11 @@ class NormcheckCallback(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        """At the first batch of the judged window: starts the probe's step; counts the window's batches."""
+        """At the first batch of a judged window: starts the probe's step; counts the window's batches."""
         if self._active is not None:
             self.window = (self.window or 0) + 1
             return
-        if self.judged or trainer.global_step != self.step or batch_idx % trainer.accumulate_grad_batches != 0:
+        if not self.steps.due(trainer.global_step) or batch_idx % trainer.accumulate_grad_batches != 0:
             return
         stack = contextlib.ExitStack()
         stack.enter_context(self._probe().step())
@@ -120,19 +118,19 @@ class NormcheckCallback(pl.Callback):
         options = dict(self.judge_options)
         options.setdefault("optimizer", list(trainer.optimizers))
         options.setdefault("framework", "lightning")
-        self.verdict = self._probe().judge(trainer.strategy.model, **options)
-        self._probe().conclude(self.verdict, step=trainer.global_step, raise_on_failure=self.raise_on_failure)
+        verdict = self._probe().judge(trainer.strategy.model, **options)
+        self.steps.judged(trainer.global_step, verdict)
+        self._probe().conclude(verdict, step=trainer.global_step, raise_on_failure=self.raise_on_failure)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Ends the probe's step when training raised inside the window."""
         self.close()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Raises when training ended before the step was judged: a gate that judged nothing never passes."""
+        """Raises when training ended before a step was judged: a gate that judged nothing never passes."""
         self.close()
         if not self.judged:
-            raise ProbeError(f"training ended at step {trainer.global_step} before step {self.step} was judged: "
-                             "judge a step the run reaches (max_steps, the number of batches)")
+            raise self.steps.never_judged(trainer.global_step)
 
     def close(self) -> None:
         """Ends the probe's step if it is still active."""

@@ -4,6 +4,10 @@
     attach(trainer)        # a probe on trainer.model; the first optimizer step is judged
     trainer.train()        # raises NormcheckFailure, naming the mistake, when that step is wrong
 
+``attach(trainer, every=50, log="normcheck.jsonl")`` judges steps 0, 50, 100, … of the real run
+instead, one JSON line each in the log; between judged steps the probe copies nothing and p's
+gradient (0) is dropped after every backward.
+
 An unmodified Trainer cannot host a probe by itself: it builds its optimizer from every parameter of
 the model (p included) and clips the gradients right after the last backward of the accumulation
 window, before any callback runs. What ``attach`` adds:
@@ -33,10 +37,9 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from ..check import Verdict
 from ..options import Framework
 from ..probe import Probe, ProbeError
-from ._shared import drop_from_optimizer
+from ._shared import JudgedRun, JudgedSteps, drop_from_optimizer
 
 __all__ = ["NormcheckCallback", "ProbedLabelSmoother", "attach", "drop_from_optimizer"]
 
@@ -101,40 +104,35 @@ def framework_of(trainer: Trainer) -> Framework:
     return "trl" if any(c.__module__.split(".")[0] == "trl" for c in type(trainer).__mro__) else "transformers"
 
 
-class NormcheckCallback(TrainerCallback):
-    """A ``TrainerCallback`` that judges one optimizer step of ``trainer`` with ``probe``.
+class NormcheckCallback(JudgedRun, TrainerCallback):
+    """A ``TrainerCallback`` that judges optimizer steps of ``trainer`` with ``probe``.
 
-    ``step`` is the optimizer step to judge, counted from 0 as ``state.global_step`` counts it.
+    ``step`` is the first optimizer step to judge, counted from 0 as ``state.global_step`` counts it;
+    with ``every`` = K, every K-th step after it too (``normcheck.due``), and
+    ``log``, a file rank 0 appends one JSON line per judged step to (``JudgedSteps``).
     ``raise_on_failure``: raise ``NormcheckFailure`` (on every rank, from inside ``train()``; the whole
     diagnosis on rank 0) when the gate does not pass, and ``ProbeError`` when the step cannot be judged;
-    otherwise warn alike, keep the verdict in ``verdict`` (or the error in ``error``) and let training go
+    otherwise warn alike, keep the verdicts in ``verdicts`` (the errors in ``errors``) and let training go
     on. A passing step prints one line on rank 0.
     ``judge_options`` go to ``Probe.judge`` (``directory``, ``description``, ``reducer``, …).
     """
 
-    def __init__(self, trainer: Trainer, probe: Probe, *, step: int = 0, raise_on_failure: bool = True,
+    def __init__(self, trainer: Trainer, probe: Probe, *, step: int = 0, every: Optional[int] = None,
+                 log: Optional[str] = None, raise_on_failure: bool = True,
                  judge_options: Optional[Mapping[str, Any]] = None) -> None:
         """Binds the callback to ``trainer`` and ``probe``; add it with ``trainer.add_callback``."""
-        if step < 0:
-            raise ValueError(f"step counts optimizer steps from 0, not {step}")
+        self.steps = JudgedSteps(first=step, every=every, log=log, rank=probe.rank)
+        """The judged steps' verdicts and errors, and the log."""
         self.trainer = trainer
         self.probe = probe
         self.step = step
+        self.every = every
         self.raise_on_failure = raise_on_failure
         self.judge_options: Dict[str, Any] = dict(judge_options or {})
-        self.verdict: Optional[Verdict] = None
-        """The judged step's verdict, once judged."""
-        self.error: Optional[ProbeError] = None
-        """Why the step could not be judged (the probe saw no loss, …), kept when ``raise_on_failure`` is false."""
         self.dropped_from_optimizer = 0
         """How many of the optimizer's parameter groups held p before the callback removed it."""
         self._active: Optional[contextlib.ExitStack] = None
         self._smoother: Any = None
-
-    @property
-    def judged(self) -> bool:
-        """True once the step was judged."""
-        return self.verdict is not None or self.error is not None
 
     @property
     def active(self) -> bool:
@@ -151,8 +149,8 @@ class NormcheckCallback(TrainerCallback):
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                       **kwargs: Any) -> None:
-        """At the judged step's first microbatch: starts the probe's step (and measures a LabelSmoother)."""
-        if state.global_step != self.step or self._active is not None or self.judged:
+        """At a judged step's first microbatch: starts the probe's step (and measures a LabelSmoother)."""
+        if self._active is not None or not self.steps.due(state.global_step):
             return
         stack = contextlib.ExitStack()
         stack.enter_context(self.probe.step())
@@ -177,21 +175,21 @@ class NormcheckCallback(TrainerCallback):
         options.setdefault("optimizer", self.trainer.optimizer)
         options.setdefault("framework", framework_of(self.trainer))
         try:
-            self.verdict = self.probe.judge(self.trainer.model_wrapped, **options)
+            verdict = self.probe.judge(self.trainer.model_wrapped, **options)
         except ProbeError as e:  # raised alike on every rank, so every rank goes on alike
+            self.steps.failed(state.global_step, e)
             if self.raise_on_failure:
                 raise
-            self.error = e
             return
-        self.probe.conclude(self.verdict, step=state.global_step, raise_on_failure=self.raise_on_failure)
+        self.steps.judged(state.global_step, verdict)
+        self.probe.conclude(verdict, step=state.global_step, raise_on_failure=self.raise_on_failure)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        """Raises when training ended before the step was judged: a gate that judged nothing never passes."""
+        """Raises when training ended before a step was judged: a gate that judged nothing never passes."""
         self.close()
         if not self.judged:
-            raise ProbeError(f"training ended at step {state.global_step} before step {self.step} was judged: "
-                             "judge a step the run reaches (max_steps, the dataset's length)")
+            raise self.steps.never_judged(state.global_step)
 
     def close(self) -> None:
         """Ends the probe's step if it is still active (after an exception inside the window, say)."""
@@ -200,13 +198,15 @@ class NormcheckCallback(TrainerCallback):
             active.close()
 
 
-def attach(trainer: Trainer, *, step: int = 0, probe: Optional[Probe] = None, raise_on_failure: bool = True,
+def attach(trainer: Trainer, *, step: int = 0, every: Optional[int] = None, log: Optional[str] = None,
+           probe: Optional[Probe] = None, raise_on_failure: bool = True,
            judge_options: Optional[Mapping[str, Any]] = None, **probe_options: Any) -> NormcheckCallback:
     """Puts a probe on ``trainer.model`` and a ``NormcheckCallback`` on ``trainer``; call before ``train()``.
 
     ``probe``: a ``Probe`` already attached to ``trainer.model`` (the ``normcheck_gate`` fixture's
     ``probe(model)`` makes one); otherwise one is made with ``probe_options`` (``executable``,
-    ``directory``, …). ``step``, ``raise_on_failure`` and ``judge_options``: see ``NormcheckCallback``.
+    ``directory``, …). ``step``, ``every``, ``log``, ``raise_on_failure`` and ``judge_options``: see
+    ``NormcheckCallback``.
     ``trainer.train`` is wrapped so that the probe's step ends even when training raises.
     """
     if trainer.model_wrapped is not trainer.model:
@@ -219,8 +219,8 @@ def attach(trainer: Trainer, *, step: int = 0, probe: Optional[Probe] = None, ra
         raise TypeError("pass either probe= or options to make one, not both")
     elif not any(p is probe.parameter for p in model.parameters()):
         raise ProbeError("the probe is not attached to trainer.model (or one of its submodules)")
-    callback = NormcheckCallback(trainer, probe, step=step, raise_on_failure=raise_on_failure,
-                                 judge_options=judge_options)
+    callback = NormcheckCallback(trainer, probe, step=step, every=every, log=log,
+                                 raise_on_failure=raise_on_failure, judge_options=judge_options)
     trainer.add_callback(callback)
     train: Callable[..., Any] = trainer.train
 

@@ -194,7 +194,8 @@ def _kind(trainer: Any) -> str:
     return "SFTTrainer"
 
 
-def attach(trainer: Any, *, step: int = 0, probe: Optional[Probe] = None, raise_on_failure: bool = True,
+def attach(trainer: Any, *, step: int = 0, every: Optional[int] = None, log: Optional[str] = None,
+           probe: Optional[Probe] = None, raise_on_failure: bool = True,
            objective: Optional[str] = None, normalizer: Any = None,
            judge_options: Optional[Mapping[str, Any]] = None, **probe_options: Any) -> hf.NormcheckCallback:
     """The transformers integration's ``attach`` for a TRL trainer, with its loss measured where TRL forms it.
@@ -221,8 +222,8 @@ def attach(trainer: Any, *, step: int = 0, probe: Optional[Probe] = None, raise_
         options.update(declared_objective(trainer))
     elif kind == "DPOTrainer":
         options["objective"] = "sequence_mean"
-    callback = hf.attach(trainer, step=step, probe=probe, raise_on_failure=raise_on_failure, judge_options=options,
-                         **probe_options)
+    callback = hf.attach(trainer, step=step, every=every, log=log, probe=probe, raise_on_failure=raise_on_failure,
+                         judge_options=options, **probe_options)
     if kind == "GRPOTrainer":
         trainer._compute_loss = ProbedPolicyLoss(trainer._compute_loss, callback.probe, callback)
     elif kind == "DPOTrainer":

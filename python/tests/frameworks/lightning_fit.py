@@ -46,6 +46,8 @@ VARIANTS: Dict[str, Tuple[Sequence[Tuple[int, int]], int, int, str]] = {
     "short_window-equal": (SHORT_EQUAL, 3, 1, "mean"),
     "short_window-uneven": (SHORT_UNEVEN, 3, 1, "mean"),
     "short_window-token_normalized": (SHORT_UNEVEN, 3, 1, "token_normalized"),
+    # Four steps of one batch a rank, judged every other step (every=2): steps 0 and 2.
+    "every-2": (UNEVEN, 1, 0, "token_normalized"),
 }
 
 
@@ -97,7 +99,8 @@ class CausalLM(pl.LightningModule):
 def fit(name: str, folder: str) -> Dict[str, Any]:
     """One variant: a fresh module, Trainer and callback; the judged step's verdict."""
     lengths, g, step, normalization = VARIANTS[name]
-    callback = NormcheckCallback(step=step, raise_on_failure=False, probe_options={"directory": folder})
+    every = 2 if name.startswith("every") else None
+    callback = NormcheckCallback(step=step, every=every, raise_on_failure=False, probe_options={"directory": folder})
     trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=WORLD_SIZE, accumulate_grad_batches=g,
                          max_epochs=1, gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -114,7 +117,9 @@ def fit(name: str, folder: str) -> Dict[str, Any]:
     return {"verdict": verdict.verdict, "passed": verdict.passed, "diagnosis": list(verdict.diagnosis),
             "could_hide": list(verdict.could_hide), "message": verdict.message, "window": callback.window,
             "dropped": callback.dropped_from_optimizer, "rank": trainer.global_rank,
-            "world_size": trainer.world_size, "strategy": type(trainer.strategy).__name__}
+            "world_size": trainer.world_size, "strategy": type(trainer.strategy).__name__,
+            "steps": [judged for judged, _ in callback.steps.verdicts],
+            "verdicts": [v.verdict for v in callback.verdicts]}
 
 
 def main(argv: List[str]) -> None:

@@ -48,3 +48,9 @@ def test_lightning_fit_verdict(ranks: List[Dict[str, Any]], variant: str) -> Non
     assert first["verdict"] == verdict, first["message"]
     if name is not None:
         assert name in first["diagnosis"], first["message"]
+
+
+def test_a_fit_is_judged_every_k_steps(ranks: List[Dict[str, Any]]) -> None:
+    for result in (rank["every-2"] for rank in ranks):
+        assert "error" not in result, result["error"]
+        assert result["steps"] == [0, 2] and result["verdicts"] == ["pass", "pass"], result["message"]

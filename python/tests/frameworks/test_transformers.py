@@ -11,6 +11,8 @@ each test asserts one variant's verdict.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -109,6 +111,28 @@ def variants_step(rank: int, world_size: int, probe: Any, folder: str) -> Dict[s
         results["unchanged"] = {"keys": sorted(updated[0]) == sorted(updated[1]), "differ": differ}
     except Exception as e:
         results["unchanged"] = {"error": f"{type(e).__name__}: {e}"}
+    # A real run judged every other step (attach(every=2, log=...)): five steps, 0, 2 and 4 judged, one log
+    # line each, and the run's parameters bitwise those of the same run without the probe.
+    try:
+        log = os.path.join(folder, "every.jsonl")
+        states: List[Dict[str, torch.Tensor]] = []
+        callback = None
+        for probed in (False, True):
+            trainer = make_trainer(os.path.join(folder, f"every-{probed}", str(rank)), "default", 2, world_size,
+                                   max_steps=5)
+            if probed:
+                callback = attach(trainer, every=2, log=log, probe=probe(trainer.model), raise_on_failure=False)
+            trainer.train()
+            states.append({k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
+        assert callback is not None
+        with open(log, encoding="utf-8") if rank == 0 else contextlib.nullcontext() as f:
+            lines = [json.loads(line) for line in f] if f is not None else None
+        results["every"] = {"steps": [step for step, _ in callback.steps.verdicts],
+                            "verdicts": [v.verdict for v in callback.verdicts],
+                            "differ": [k for k in states[0] if not torch.equal(states[0][k], states[1][k])],
+                            "logged": lines}
+    except Exception as e:
+        results["every"] = {"error": f"{type(e).__name__}: {e}"}
     return results
 
 
@@ -150,6 +174,19 @@ def test_a_step_after_an_unjudged_one_is_judged(ranks: List[Dict[str, Any]]) -> 
     result = reported(ranks, "second_step")
     assert result["verdict"] == "fail", result["message"]
     assert "local_mean" in result["diagnosis"], result["message"]
+
+
+def test_a_run_is_judged_every_k_steps_and_logged_unchanged(ranks: List[Dict[str, Any]]) -> None:
+    for rank, results in enumerate(ranks):
+        result = results["every"]
+        assert "error" not in result, result["error"]
+        assert result["steps"] == [0, 2, 4] and result["verdicts"] == ["pass"] * 3, result
+        assert result["differ"] == [], f"rank {rank}: the probed five-step run changed {result['differ']}"
+    logged = ranks[0]["every"]["logged"]
+    assert [(line["step"], line["status"], line["verdict"]) for line in logged] == [(0, "pass", "pass"),
+                                                                                   (2, "pass", "pass"),
+                                                                                   (4, "pass", "pass")]
+    assert ranks[1]["every"]["logged"] is None  # only rank 0 writes the log
 
 
 def test_the_probe_changes_no_update(ranks: List[Dict[str, Any]]) -> None:
