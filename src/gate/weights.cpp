@@ -111,7 +111,12 @@ public:
     const std::optional<rational>& coefficient = unit_coefficient(where);
     if (!coefficient) return std::nullopt;
     rational weight = *coefficient;
-    if (units_.objective() == objective_kind::sequence_mean) weight *= units_.token_factor(group_of(where));
+    if (units_.objective() == objective_kind::sequence_mean) {
+      // × token_factor: 1/nₛ of the group's valid tokens (0 without any); nothing to do for one token.
+      const std::uint64_t n = group_of(where).valid_tokens;
+      if (n == 0) weight = 0;
+      else if (n != 1) weight /= n;
+    }
     if (ratio_) weight *= power(*ratio_, units_.update().ranks[where.rank].microbatches.size() - 1 - where.microbatch);
     return weight;
   }
