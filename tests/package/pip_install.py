@@ -285,6 +285,14 @@ def main():
         return self_test(work)
     if not options.source or not options.constraints:
         parser.error("--source and --constraints are required")
+    # Installs 2 to 4 build the extension, so the interpreter must have its development headers (5 builds as
+    # one without them would); without them those installs would pass without ever building it.
+    headers = sysconfig.get_paths().get("include") or ""
+    if not os.path.isfile(os.path.join(headers, "Python.h")):
+        print(f"FAILED: {sys.executable} has no development headers (no Python.h in {headers!r}), so the package "
+              "test cannot build the extension normcheck._core; on Debian: apt-get install python3-dev "
+              "(.ci/setup --tests installs it)")
+        return 1
     make_writable(work)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
