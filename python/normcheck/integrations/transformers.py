@@ -112,8 +112,8 @@ class NormcheckCallback(JudgedRun, TrainerCallback):
     ``log``, a file rank 0 appends one JSON line per judged step to (``JudgedSteps``).
     ``raise_on_failure``: raise ``NormcheckFailure`` (on every rank, from inside ``train()``; the whole
     diagnosis on rank 0) when the gate does not pass, and ``ProbeError`` when the step cannot be judged;
-    otherwise warn alike, keep the verdicts in ``verdicts`` (the errors in ``errors``) and let training go
-    on. A passing step prints one line on rank 0.
+    otherwise warn alike, keep the verdicts in ``verdicts`` (a step's error in ``steps.errors``, the last one
+    in ``error``) and let training go on. A passing step prints one line on rank 0.
     ``judge_options`` go to ``Probe.judge`` (``directory``, ``description``, ``reducer``, …).
     """
 
