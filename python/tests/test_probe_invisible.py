@@ -61,8 +61,9 @@ class Model(nn.Module):
         return self.head(h.to(self.head.weight.dtype))
 
 
-def batches(rank):
-    generator = torch.Generator().manual_seed(100 + rank)
+def batches(rank, seed=None):
+    """Two microbatches of two rows on ``rank``, a count that differs by rank (``seed``: 100 + rank by default)."""
+    generator = torch.Generator().manual_seed(100 + rank if seed is None else seed)
     out = []
     for m in range(2):
         tokens = torch.randint(0, VOCAB, (2, 6), generator=generator)
@@ -201,14 +202,7 @@ def test_the_law_catches_p_left_out_of_a_backward_under_ddp(executable, tmp_path
 
 def run_batches(rank, step):
     """Step ``step``'s two microbatches on ``rank``: new tokens each step, a count that differs by rank."""
-    generator = torch.Generator().manual_seed(1000 + 10 * step + rank)
-    out = []
-    for m in range(2):
-        tokens = torch.randint(0, VOCAB, (2, 6), generator=generator)
-        labels = tokens.clone()
-        labels[1, 3 + m + rank:] = -100
-        out.append((tokens, labels))
-    return out
+    return batches(rank, seed=1000 + 10 * step + rank)
 
 
 def a_run(probed, make_probe, rank, world_size, *, every=2, steps=5, probe_class=Probe):
