@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from .errors import Error
 
 __all__ = [
-    "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "WeightRow", "WeightTable", "SiteVerdict",
+    "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "LookAlike", "WeightRow", "WeightTable", "SiteVerdict",
     "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table", "suggest_for_counts",
 ]
 
@@ -80,6 +80,16 @@ class NormcheckFailure(AssertionError, Error):
 
 
 @dataclass(frozen=True)
+class LookAlike:
+    """Another explanation that fits this dump only because of its shape, and the run that tells them apart."""
+
+    name: str
+    """The other explanation's name, e.g. 'objective/G' beside 'global_share' where G = W."""
+    told_apart_by: str
+    """The change to the run that separates the two, e.g. 'G ≠ W (here G = W = 2)'."""
+
+
+@dataclass(frozen=True)
 class Explanation:
     """One named explanation of the report: a diagnosis entry or a could-hide entry."""
 
@@ -93,6 +103,8 @@ class Explanation:
     why_wrong: str = ""
     instead: str = ""
     """What to compute instead."""
+    alike: Tuple[LookAlike, ...] = ()
+    """The other explanations of the same list that fit this dump as well, each with what would tell them apart."""
 
 
 @dataclass(frozen=True)
@@ -268,6 +280,14 @@ def _json_output(done: "subprocess.CompletedProcess[str]", command: List[str]) -
     return result
 
 
+def _look_alikes(entries: Any) -> Tuple[LookAlike, ...]:
+    """The ``alike`` list of a report's explanation."""
+    if not isinstance(entries, list):
+        return ()
+    return tuple(LookAlike(name=str(e.get("name", "")), told_apart_by=str(e.get("told_apart_by", "")))
+                 for e in entries if isinstance(e, dict))
+
+
 def _explanation_lines(entries: Sequence[Dict[str, Any]], indent: str) -> List[str]:
     lines = []
     for entry in entries:
@@ -276,6 +296,9 @@ def _explanation_lines(entries: Sequence[Dict[str, Any]], indent: str) -> List[s
                            ("instead", "instead")):
             if entry.get(key):
                 lines.append(f"{indent}  {label}: {entry[key]}")
+        for other in _look_alikes(entry.get("alike")):
+            lines.append(f"{indent}  alike here: {other.name} fits this dump as well; a run with "
+                         f"{other.told_apart_by} tells them apart")
     return lines
 
 
@@ -419,7 +442,7 @@ def _verdict(report: Dict[str, Any], require_gate: bool) -> Verdict:
     details = tuple(Explanation(name=str(e.get("name", "")), value=str(e.get("value", "")),
                                 bound=None if e.get("bound") is None else str(e.get("bound")),
                                 computed=str(e.get("computed", "")), why_wrong=str(e.get("why_wrong", "")),
-                                instead=str(e.get("instead", "")))
+                                instead=str(e.get("instead", "")), alike=_look_alikes(e.get("alike")))
                     for e in diagnosis if isinstance(e, dict))
     return Verdict(file=str(report.get("file", "")), status=status, verdict=verdict, diagnosis=_names(diagnosis),
                    could_hide=_names(gate.get("could_hide")), report=report, message=describe(report),

@@ -60,6 +60,20 @@ def test_a_failing_gate_raises_an_assertion_error_with_the_whole_diagnosis(tmp_p
         assert needed in message, (needed, message)
 
 
+def test_explanations_alike_on_this_dump_are_both_given_with_the_run_that_separates_them(executable):
+    # Two ranks of two microbatches, each rank's S/N under DDP's mean: divided by W, or by G, for all it shows.
+    case = os.path.join(os.path.dirname(__file__), "..", "..", "cases", "groups", "divided_twice_G_is_W.json")
+    with pytest.raises(check.NormcheckFailure) as raised:
+        check.assert_passes(case, executable=executable)
+    verdict = raised.value.verdicts[0]
+    assert verdict.explanations == ("global_share", "objective/G")
+    alike = {e.name: e.alike for e in verdict.details}
+    assert alike["global_share"] == (check.LookAlike("objective/G", "G ≠ W (here G = W = 2)"),)
+    assert alike["objective/G"] == (check.LookAlike("global_share", "G ≠ W (here G = W = 2)"),)
+    assert ("alike here: objective/G fits this dump as well; a run with G ≠ W (here G = W = 2) tells them apart"
+            in str(raised.value))
+
+
 def test_a_correct_gradient_passes(tmp_path, executable):
     path = seed_example(tmp_path / "scaled_sum.json", [-1.5, -1.5], tokens_global=4, tokens_per_rank=[1, 3])
     verdicts = check.assert_passes(path, executable=executable)

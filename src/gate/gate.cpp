@@ -1,6 +1,7 @@
 #include "normcheck/gate/gate.hpp"
 
 #include "normcheck/core/names.hpp"
+#include "normcheck/gate/nearby.hpp"
 #include "normcheck/core/utf8.hpp"
 #include "normcheck/io/text.hpp"
 
@@ -28,6 +29,37 @@ bool fits(const observed_value& observed, const explanation& e, const std::optio
     return distance <= allowed;
   }
   return e.bound && distance <= *e.bound;
+}
+
+// Marks the explanations that give this update the same value and differ on a nearby one, with the change
+// that tells them apart (one that agrees everywhere is the same computation in other words, and unmarked).
+void mark_alike(std::vector<explanation>& fitting, const partition& update, dtype type,
+                std::optional<dtype> reduction_type) {
+  std::vector<std::pair<std::string, std::vector<explanation>>> nearby;
+  bool made = false;
+  auto value_there = [](const std::vector<explanation>& there, const std::string& name) -> const observed_value* {
+    for (const explanation& e : there)
+      if (e.name == name) return &e.value;
+    return nullptr;
+  };
+  for (std::size_t i = 0; i < fitting.size(); ++i)
+    for (std::size_t j = i + 1; j < fitting.size(); ++j) {
+      if (fitting[i].value != fitting[j].value) continue;
+      if (!made) {
+        made = true;
+        for (nearby_update& n : nearby_updates(update))
+          nearby.emplace_back(std::move(n.change), known_mistakes(n.update, type, reduction_type));
+      }
+      for (const auto& [change, there] : nearby) {
+        const observed_value* a = value_there(there, fitting[i].name);
+        const observed_value* b = value_there(there, fitting[j].name);
+        if (a && b && *a != *b) {
+          fitting[i].alike.push_back({fitting[j].name, change});
+          fitting[j].alike.push_back({fitting[i].name, change});
+          break;
+        }
+      }
+    }
 }
 
 }  // namespace
@@ -181,6 +213,7 @@ gate_result run_gate(const partition& update, const observed_result& observed) {
   std::vector<explanation> fitting;
   for (explanation& candidate : known_mistakes(update, observed.type, result.reduction_type))
     if (fits(result.observed, candidate, observed.explicit_tolerance)) fitting.push_back(std::move(candidate));
+  if (!number || !result.bound || !objective.passed) mark_alike(fitting, update, observed.type, result.reduction_type);
 
   if (!number) {
     result.diagnosis = std::move(fitting);

@@ -39,6 +39,9 @@ void print_explanations(std::ostream& out, std::string_view heading, const std::
   for (const explanation& e : list) {
     out << "        " << heading << " " << e.name << " = " << shown(e.value) << "\n          what was computed: "
         << e.computed << "\n          why it is wrong: " << e.why_wrong << "\n          instead: " << e.instead << "\n";
+    for (const look_alike& other : e.alike)
+      out << "          alike here: " << other.name << " fits this update as well; "
+          << "a run with " << other.told_apart_by << " tells them apart\n";
   }
 }
 
@@ -101,7 +104,7 @@ observed_value summed(const observed_vector& components) {
 
 void write_explanations(json_writer& json, const std::vector<explanation>& list) {
   json.begin_array();
-  for (const explanation& e : list)
+  for (const explanation& e : list) {
     json.begin_object()
         .member("name", e.name)
         .member("value", to_string(e.value))
@@ -109,7 +112,12 @@ void write_explanations(json_writer& json, const std::vector<explanation>& list)
         .member("computed", e.computed)
         .member("why_wrong", e.why_wrong)
         .member("instead", e.instead)
-        .end_object();
+        .key("alike")
+        .begin_array();
+    for (const look_alike& other : e.alike)
+      json.begin_object().member("name", other.name).member("told_apart_by", other.told_apart_by).end_object();
+    json.end_array().end_object();
+  }
   json.end_array();
 }
 

@@ -149,7 +149,8 @@ std::optional<explanation> mean_of_empty(const partition& update, const std::str
                          "; 0/0 is NaN, and the all-reduce hands it to every rank",
                      "a mean needs at least one valid token; the objective divides the whole update's loss sum by " +
                          std::string(weighted ? "M" : "N") + ", which is not 0, so a part without tokens simply adds 0",
-                     instead};
+                     instead,
+                     {}};
 }
 
 std::vector<explanation> known_mistakes(const partition& update, dtype type, std::optional<dtype> reduction_type) {
@@ -166,7 +167,7 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
     if (!value) continue;
     mistake_text text = describe_strategy(s, update.reducer, update.objective);
     candidates.push_back({std::string(strategy_name(s)), *value, strategy_bound(update, s, type, reduction_type),
-                          std::move(text.computed), std::move(text.why_wrong), instead});
+                          std::move(text.computed), std::move(text.why_wrong), instead, {}});
   }
   const rational objective = *gradient(update, strategy::global_mean);
   const std::optional<rational> bound = objective_bound(update, type, reduction_type);
@@ -174,7 +175,7 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
     rational value = objective * f.factor;
     std::optional<rational> scaled_bound;
     if (bound) scaled_bound = *bound * f.factor;
-    candidates.push_back({std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead});
+    candidates.push_back({std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead, {}});
   }
   if (std::optional<explanation> empty = mean_of_empty(update, instead)) candidates.push_back(std::move(*empty));
   return candidates;

@@ -3,7 +3,11 @@
 #include "normcheck/core/gradients.hpp"
 #include "normcheck/io/text.hpp"
 
+#include "normcheck/gate/nearby.hpp"
+
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <tuple>
 
 namespace normcheck {
@@ -202,12 +206,33 @@ bool same_table(const lazy_table& a, const lazy_table& b, const std::vector<grou
   return true;
 }
 
-// A weight table a candidate computation would produce, with its name and words.
+// A factor in the update's own terms, W^w · G^g · constant, so that it can be read on another update.
+struct factor_form {
+  int w = 0;
+  int g = 0;
+  rational constant{1};
+};
+
+// A weight table a candidate computation would produce, with its name and words, and how to produce it on
+// another update: the named computation `base` ("objective" for the objective's own) times `factor`. A
+// geometric fit has no base: it is read off this update's measurement.
 struct candidate {
   std::string name;
   lazy_table table;
   mistake_words words;
+  std::string base;
+  factor_form factor;
+  bool free = false;  // times a number that names nothing in W or G (a window, a bare factor): fits anything
 };
+
+// Whether two tables agree on every group of `update` (the groups of an update other than the measured one).
+bool same_table_on(const lazy_table& a, const lazy_table& b, const partition& update) {
+  for (std::size_t r = 0; r < update.ranks.size(); ++r)
+    for (std::size_t m = 0; m < update.ranks[r].microbatches.size(); ++m)
+      for (std::size_t g = 0; g < update.ranks[r].microbatches[m].group_count(); ++g)
+        if (a.at({r, m, g}) != b.at({r, m, g})) return false;
+  return true;
+}
 
 // The best rational approximation of x with a denominator of at most `most` (continued fractions).
 rational nearest_simple(const rational& x, std::uint64_t most) {
@@ -266,43 +291,71 @@ std::uint64_t uniform_accumulation(const partition& update) {
   return g;
 }
 
-// The name of a factor in the update's own terms: "×W", "/G", "×W·G", "×4", "/3", "×2/3"; and whether it is a
-// ratio G/k of accumulation steps (a short or another window).
+// The names of a factor in the update's own terms: "×W", "/G", "×W·G", "×4", "/3", "×2/3"; whether it is a
+// ratio G/k of accumulation steps (a short or another window); and its form, to read it on another update.
 struct factor_label {
   std::string text;
   std::optional<std::uint64_t> window;  // k when the factor is G/k with k ≠ G
+  factor_form form;
+  bool named = false;  // a form in W and G or a window, not a bare number
 };
 
-factor_label label_of(const rational& factor, const partition& update) {
+// The value of `form` on `update`, or nullopt where it is in G and the ranks accumulate differently.
+std::optional<rational> value_on(const factor_form& form, const partition& update) {
+  rational value = form.constant;
   const rational w{update.world_size()};
+  for (int i = 0; i < std::abs(form.w); ++i) {
+    if (form.w > 0) value *= w;
+    else value /= w;
+  }
+  if (form.g != 0) {
+    const std::uint64_t g = uniform_accumulation(update);
+    if (g == 0) return std::nullopt;
+    const rational gg{g};
+    for (int i = 0; i < std::abs(form.g); ++i) {
+      if (form.g > 0) value *= gg;
+      else value /= gg;
+    }
+  }
+  return value;
+}
+
+// Every name of `factor` on `update`: each form in W and G it equals (at G = W, "/W" and "/G" both), else a
+// window G/k, else the number itself.
+std::vector<factor_label> labels_of(const rational& factor, const partition& update) {
   const std::uint64_t g = uniform_accumulation(update);
   struct symbolic {
-    rational value;
+    int w;
+    int g;
     std::string_view text;
   };
   std::vector<symbolic> forms;
-  if (update.world_size() > 1) forms.push_back({w, "×W"}), forms.push_back({1 / w, "/W"});
+  if (update.world_size() > 1) forms.push_back({1, 0, "×W"}), forms.push_back({-1, 0, "/W"});
   if (g > 1) {
-    const rational gg{g};
-    forms.push_back({gg, "×G"});
-    forms.push_back({1 / gg, "/G"});
+    forms.push_back({0, 1, "×G"});
+    forms.push_back({0, -1, "/G"});
     if (update.world_size() > 1) {
-      forms.push_back({w * gg, "×W·G"});
-      forms.push_back({1 / (w * gg), "/(W·G)"});
-      forms.push_back({w / gg, "×W/G"});
-      forms.push_back({gg / w, "×G/W"});
+      forms.push_back({1, 1, "×W·G"});
+      forms.push_back({-1, -1, "/(W·G)"});
+      forms.push_back({1, -1, "×W/G"});
+      forms.push_back({-1, 1, "×G/W"});
     }
   }
-  for (const symbolic& form : forms)
-    if (form.value == factor) return {std::string(form.text), std::nullopt};
+  std::vector<factor_label> labels;
+  for (const symbolic& s : forms) {
+    const factor_form form{s.w, s.g, rational(1)};
+    if (value_on(form, update) == factor) labels.push_back({std::string(s.text), std::nullopt, form, true});
+  }
+  if (!labels.empty()) return labels;
   if (g > 1) {
     const rational k = rational(g) / factor;
     if (denominator(k) == 1 && k > 0 && k != rational(g) && k <= 64)
-      return {"×G/" + to_string(k), static_cast<std::uint64_t>(numerator(k))};
+      return {{"×G/" + to_string(k), static_cast<std::uint64_t>(numerator(k)), {0, 1, 1 / k}, true}};
   }
-  if (denominator(factor) == 1) return {"×" + to_string(factor), std::nullopt};
-  if (numerator(factor) == 1) return {"/" + denominator(factor).str(), std::nullopt};
-  return {"×" + to_string(factor), std::nullopt};
+  const factor_form bare{0, 0, factor};
+  if (denominator(factor) == 1) return {{"×" + to_string(factor), std::nullopt, bare, false}};
+  if (numerator(factor) == 1) return {{"/" + denominator(factor).str(), std::nullopt, bare, false}};
+  return {{"×" + to_string(factor), std::nullopt, bare, false}};
 }
 
 // The names a normalization of the report takes when it was written for another objective than the
@@ -325,7 +378,8 @@ std::vector<candidate> candidates_of(const partition& update) {
                                        [](const rank_stats& r) { return r.microbatches.size() > 1; });
   auto add = [&](std::string name, objective_kind objective, const normalization& n) {
     mistake_words words = table_mistake_words(name, update);
-    out.push_back({std::move(name), lazy_table(update, objective, n), std::move(words)});
+    std::string base = name;
+    out.push_back({std::move(name), lazy_table(update, objective, n), std::move(words), std::move(base), {}});
   };
   for (const normalization& n : report_normalizations()) {
     if (n.objective_itself || n.name == correct) continue;
@@ -392,42 +446,53 @@ std::optional<candidate> geometric_fit(const candidate& base, const partition& u
   mistake_words words = table_mistake_words("geometric", update);
   words.computed += " (each microbatch weighs " + to_string(*a) + " times the next one, relative to " + base.name +
                     (lambda == 1 ? "" : ", times " + to_string(lambda)) + ")";
-  return candidate{"geometric", std::move(fitted), std::move(words)};
+  return candidate{"geometric", std::move(fitted), std::move(words), {}, {}, true};
 }
 
-// `base` times the simplest factor the observation suggests, if that accounts for every component.
-std::optional<candidate> factor_fit(const candidate& base, const partition& update,
-                                    const std::vector<group_facts>& facts, const measured& m,
-                                    const group_bounds& bounds, std::optional<std::size_t> anchor) {
+// `base` times the simplest factor the observation suggests, if that accounts for every component: one
+// candidate for each name of the factor (`named_only`: only names in W, G or a window, not bare numbers).
+std::vector<candidate> factor_fits(const candidate& base, const partition& update, const std::vector<group_facts>& facts,
+                                   const measured& m, const group_bounds& bounds, std::optional<std::size_t> anchor,
+                                   bool named_only = false) {
   const std::optional<rational> suggested = suggested_factor(base.table, facts, m, anchor);
-  if (!suggested || *suggested <= 0) return std::nullopt;
+  if (!suggested || *suggested <= 0) return {};
   const rational factor = nearest_simple(*suggested, 64);
-  if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return std::nullopt;
+  if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return {};
+  const std::vector<factor_label> labels = labels_of(factor, update);
+  if (named_only && !labels.front().named) return {};
   lazy_table table = base.table.scaled(factor);
-  if (!table_fits(table, facts, m, bounds)) return std::nullopt;
-  const factor_label label = label_of(factor, update);
-  std::string name = base.name + label.text;
-  mistake_words words;
-  if (label.window) {
-    const std::uint64_t g = uniform_accumulation(update);
-    name = *label.window > g ? "short_window" : "other_window";
-    words = table_mistake_words(name, update);
-    words.computed += " (" + base.name + " times G/" + std::to_string(*label.window) + ": divided by " +
-                      std::to_string(*label.window) + " where the window accumulated G = " + std::to_string(g) + ")";
-  } else if (base.name == "objective") {
-    words = table_mistake_words(name, update);
-  } else {
-    const mistake_words scaling = factor_words(label.text);
-    words = {base.words.computed + ", and the result " + scaling.computed,
-             base.words.why_wrong + "; and it is " + scaling.computed + ": " + scaling.why_wrong};
+  if (!table_fits(table, facts, m, bounds)) return {};
+  std::vector<candidate> out;
+  for (const factor_label& label : labels) {
+    std::string name = base.name + label.text;
+    mistake_words words;
+    if (label.window) {
+      const std::uint64_t g = uniform_accumulation(update);
+      name = *label.window > g ? "short_window" : "other_window";
+      words = table_mistake_words(name, update);
+      words.computed += " (" + base.name + " times G/" + std::to_string(*label.window) + ": divided by " +
+                        std::to_string(*label.window) + " where the window accumulated G = " + std::to_string(g) + ")";
+    } else if (base.name == "objective") {
+      words = table_mistake_words(name, update);
+    } else {
+      const mistake_words scaling = factor_words(label.text);
+      words = {base.words.computed + ", and the result " + scaling.computed,
+               base.words.why_wrong + "; and it is " + scaling.computed + ": " + scaling.why_wrong};
+    }
+    factor_form form = label.form;
+    form.w += base.factor.w;
+    form.g += base.factor.g;
+    form.constant *= base.factor.constant;
+    const bool free = !label.named || label.window.has_value();
+    out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), free});
   }
-  return candidate{std::move(name), std::move(table), std::move(words)};
+  return out;
 }
 
 explanation explain(const candidate& c, const std::vector<group_facts>& facts, const std::string& instead) {
   tree_sum total;
   for (const group_facts& f : facts) total.add(c.table.at(f.where).value_or(rational(0)) * f.derivative);
-  return {c.name, total.value(), std::nullopt, c.words.computed, c.words.why_wrong, instead};
+  return {c.name, total.value(), std::nullopt, c.words.computed, c.words.why_wrong, instead, {}};
 }
 
 // The groups whose witness shows weights that vary inside them: the witness is not the measured weight
@@ -497,6 +562,85 @@ std::optional<std::string> replica_difference(const group_measurement& measureme
   return first_difference(measurement.witness, "witness");
 }
 
+namespace {
+
+// A candidate's table on a nearby update, with the candidates made there: its base computation there times
+// its factor there (nullopt where either is not defined there).
+struct nearby_tables {
+  nearby_update nearby;
+  std::vector<candidate> candidates;
+  std::optional<lazy_table> objective;
+};
+
+std::optional<lazy_table> table_on(const candidate& c, const nearby_tables& there) {
+  const std::optional<rational> factor = value_on(c.factor, there.nearby.update);
+  if (c.base.empty() || !factor) return std::nullopt;
+  if (c.base == "objective") return there.objective->scaled(*factor);
+  for (const candidate& other : there.candidates)
+    if (other.name == c.base) return other.table.scaled(*factor);
+  return std::nullopt;
+}
+
+// The explanations of a failure, in rank order. A fit that gives every group of this update and of every
+// nearby update the weights an earlier fit gives is that computation in other words, and is left out, as is
+// a free factor or a repeated name on an earlier fit's table; one that agrees with an earlier fit on this
+// update only is kept, and both name the change that tells them apart.
+std::vector<explanation> explained(const std::vector<const candidate*>& fits, const partition& update,
+                                   const std::vector<group_facts>& facts, const std::string& instead) {
+  std::vector<explanation> out;
+  std::vector<const candidate*> kept;
+  // Made once, and only when two fits agree here; each held in place, since its tables point into it.
+  std::vector<std::unique_ptr<nearby_tables>> nearby;
+  bool made = false;
+  for (const candidate* c : fits) {
+    bool same_computation = false;
+    std::vector<std::pair<std::size_t, std::string>> alike;
+    for (std::size_t k = 0; k < kept.size() && !same_computation; ++k) {
+      if (!same_table(kept[k]->table, c->table, facts)) continue;
+      // A free factor that lands on an earlier fit's table, or the same name again, adds no explanation.
+      if (c->free || c->name == kept[k]->name) {
+        same_computation = true;
+        break;
+      }
+      if (!made) {
+        made = true;
+        for (nearby_update& n : nearby_updates(update)) {
+          auto there = std::make_unique<nearby_tables>();
+          there->nearby = std::move(n);
+          there->candidates = candidates_of(there->nearby.update);
+          there->objective.emplace(there->nearby.update, update.objective, normalization_of(strategy::global_mean));
+          nearby.push_back(std::move(there));
+        }
+      }
+      std::optional<std::string> change;
+      bool comparable = true;
+      for (const std::unique_ptr<nearby_tables>& there : nearby) {
+        const std::optional<lazy_table> a = table_on(*kept[k], *there);
+        const std::optional<lazy_table> b = table_on(*c, *there);
+        if (!a || !b) {
+          comparable = false;
+        } else if (!same_table_on(*a, *b, there->nearby.update)) {
+          change = there->nearby.change;
+          break;
+        }
+      }
+      if (change) alike.emplace_back(k, std::move(*change));
+      else if (comparable) same_computation = true;
+    }
+    if (same_computation) continue;
+    explanation e = explain(*c, facts, instead);
+    for (const auto& [k, change] : alike) {
+      e.alike.push_back({kept[k]->name, change});
+      out[k].alike.push_back({c->name, change});
+    }
+    kept.push_back(c);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds) {
   group_judgement result;
   // The measurement judged now, as values; every other one stays compact meanwhile.
@@ -563,9 +707,9 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     }
     if (std::holds_alternative<rational>(observed_total)) observed_total = total.value();
   }
-  // The exact candidates that fit; among those with the same table on this update, the first only. Many
-  // candidates coincide on an update (on one rank, every one is the objective): a table equal to one
-  // already judged, the objective's included, has its result without reading the measurement again.
+  // The exact candidates that fit, in their order. Many coincide on an update (on one rank, every one is
+  // the objective): a table equal to one already judged, the objective's included, has its result without
+  // reading the measurement again.
   struct judged_table {
     const lazy_table* table;
     bool fits;
@@ -573,18 +717,22 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   std::vector<judged_table> judged;
   const bool objective_fits = outside == 0 && objective_defined;
   std::vector<const candidate*> fitting;
+  std::vector<const candidate*> distinct_fitting;  // the first of each table
   for (const candidate& c : candidates) {
-    if (std::any_of(judged.begin(), judged.end(),
-                    [&](const judged_table& j) { return same_table(*j.table, c.table, facts); }))
-      continue;  // a duplicate of a fitting candidate, or a table that does not fit
+    const auto seen = std::find_if(judged.begin(), judged.end(),
+                                   [&](const judged_table& j) { return same_table(*j.table, c.table, facts); });
+    if (seen != judged.end()) {
+      if (seen->fits) fitting.push_back(&c);
+      continue;
+    }
     const bool fits = same_table(objective_table, c.table, facts) ? objective_fits : table_fits(c.table, facts, m, bounds);
     judged.push_back({&c.table, fits});
-    if (fits) fitting.push_back(&c);
+    if (fits) fitting.push_back(&c), distinct_fitting.push_back(&c);
   }
   if (result.matches_objective) {
     result.detail = "all " + std::to_string(facts.size()) + " groups weigh what the objective gives them, each "
                     "within its bound" + std::string(m.witness ? ", uniformly inside each group (witness)" : "");
-    for (const candidate* c : fitting) result.could_hide.push_back(explain(*c, facts, instead));
+    for (const candidate* c : distinct_fitting) result.could_hide.push_back(explain(*c, facts, instead));
     return result;
   }
   if (!bounds.factor && !bounds.explicit_tolerance) {
@@ -597,26 +745,30 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
                   (worst->code ? on_screen(*worst->code) + " (≈ " + approximate(*worst->code) + ")" : to_string(worst->observed)) +
                   " where the objective gives " + on_screen(worst->objective) + " (≈ " + approximate(worst->objective) + ")";
 
-  for (const candidate* c : fitting) result.diagnosis.push_back(explain(*c, facts, instead));
-  if (!result.diagnosis.empty()) return result;
-
-  // A factor on the objective or on a candidate, then geometric weights.
-  const candidate objective_candidate{"objective", objective_table, {}};
+  // Every explanation that fits, ranked: the named computations; then the objective times a factor named in
+  // W and G; only when neither fits, a factor on any of them, then geometric weights.
+  const candidate objective_candidate{"objective", objective_table, {}, "objective", {}};
   std::vector<candidate> scaled_fits;
-  auto keep = [&](std::optional<candidate> c) {
-    if (!c || std::any_of(scaled_fits.begin(), scaled_fits.end(),
-                          [&](const candidate& kept) { return same_table(kept.table, c->table, facts); }))
-      return;
-    scaled_fits.push_back(std::move(*c));
-  };
-  keep(factor_fit(objective_candidate, update, facts, m, bounds, anchor));
-  for (const candidate& c : candidates) keep(factor_fit(c, update, facts, m, bounds, anchor));
-  if (scaled_fits.empty()) {
-    keep(geometric_fit(objective_candidate, update, facts, m, bounds, anchor));
-    for (const candidate& c : candidates)
-      if (c.name == "microbatch_mean") keep(geometric_fit(c, update, facts, m, bounds, anchor));
+  if (!fitting.empty()) {
+    scaled_fits = factor_fits(objective_candidate, update, facts, m, bounds, anchor, true);
+  } else {
+    auto keep = [&](std::vector<candidate> fits) {
+      for (candidate& c : fits) scaled_fits.push_back(std::move(c));
+    };
+    keep(factor_fits(objective_candidate, update, facts, m, bounds, anchor));
+    for (const candidate& c : candidates) keep(factor_fits(c, update, facts, m, bounds, anchor));
+    if (scaled_fits.empty()) {
+      auto geometric = [&](const candidate& base) {
+        if (std::optional<candidate> c = geometric_fit(base, update, facts, m, bounds, anchor))
+          scaled_fits.push_back(std::move(*c));
+      };
+      geometric(objective_candidate);
+      for (const candidate& c : candidates)
+        if (c.name == "microbatch_mean") geometric(c);
+    }
   }
-  for (const candidate& c : scaled_fits) result.diagnosis.push_back(explain(c, facts, instead));
+  for (const candidate& c : scaled_fits) fitting.push_back(&c);
+  result.diagnosis = explained(fitting, update, facts, instead);
   if (!result.diagnosis.empty()) return result;
 
   // What fits nothing. The witness may say why: weights that vary inside a group fit no table of one weight
@@ -629,7 +781,7 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     mistake_words words = table_mistake_words("varies_within_group", update);
     words.computed += ": " + where;
     result.diagnosis.push_back({"varies_within_group", observed_total, std::nullopt, words.computed, words.why_wrong,
-                                instead});
+                                instead, {}});
     return result;
   }
   mistake_words words = table_mistake_words("unexplained", update);
@@ -640,7 +792,7 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
                         ", as if the loss sum had been divided by ≈ " + approximate(units.total() / *factor) +
                         " instead of " + std::string(units.symbol(0)) + " = " + on_screen(units.total());
   }
-  result.diagnosis.push_back({"unexplained", observed_total, std::nullopt, words.computed, words.why_wrong, instead});
+  result.diagnosis.push_back({"unexplained", observed_total, std::nullopt, words.computed, words.why_wrong, instead, {}});
   return result;
 }
 

@@ -153,6 +153,14 @@ def main():
         case("accumulation_divided_twice", "W*S_rm/(N*G): the update-unit N and an extra division by G.",
              "mean", lambda r, m: 2 / (a_n * g), {"verdict": "fail", "explanations": ["objective/G"]}, part=acc)
 
+        # G = W = 2: S_r/N under DDP's mean is also the objective divided by G; both are named, and the
+        # report says a run with G ≠ W tells the accumulation's division from the world size's.
+        square = [[[fl(0.1), fl(2.5)], [fl(1.3)]], [[fl(-0.7), fl(0.2), fl(3.1)], [fl(1.9), None]]]
+        _, _, s_n = counts(square)
+        case("divided_twice_G_is_W", "S_r/N under DDP's mean at G = W = 2: divided by W, or by G, as far as this update shows.",
+             "mean", lambda r, m: 1 / s_n,
+             {"verdict": "fail", "explanations": ["global_share", "objective/G", "objective/W"]}, part=square)
+
         # A reduction='mean' over a microbatch without valid tokens: 0/0, NaN on every rank after the all-reduce.
         holes = [[[0.1, 2.5], [None, None]], [[1.3, -0.7], [0.2]]]
         h = [[[None if y is None else fl(y) for y in mb] for mb in rank] for rank in holes]

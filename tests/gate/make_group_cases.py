@@ -191,6 +191,12 @@ def main():
     even = Update([[[(3, 0)], [(2, 0)]], [[(2, 0)], [(3, 0)]]])
     write("equal_counts", even.document("equal counts per rank: the local mean cannot be told apart",
                                         lambda r, m, g, n: F(2, even.N()), expect=("inconclusive", ["local_mean"])))
+    # G = W = 2: dividing once more by W and once more by G give every group the same weight here; both are
+    # named, each with the change that tells them apart.
+    square = Update([[[(3, 1)], [(1, 0)]], [[(2, 0)], [(5, 1)]]])
+    write("divided_twice_G_is_W", square.document("each rank's share S/N of the update, where DDP's mean divides by W too",
+                                                  lambda r, m, g, n: F(1, square.N()),
+                                                  expect=("fail", ["global_share", "objective/G"])))
     # Sequences: rows of a padded batch.
     s = Update([[[(3, 1), (1, 3)], [(2, 2)]], [[(4, 0), (2, 2)], [(1, 3), (5, 0)]]], sequences=True)
     B, NS = s.B(), s.N()

@@ -526,6 +526,18 @@ void judge(const grouped_update& update, fit_claim& c, bool witness) {
       for (const explanation& e : r.diagnosis)
         if (!denotes(update, e.name, c.formula.delivered, witness))
           c.failures.push_back("the diagnosis names " + e.name + ", whose table is not the planted one");
+    // Every explanation that fits: where G = W, the objective's factor W reads as the same factor G, and both
+    // are named, each marked alike with the other (a factor in G may stand under a named computation's name).
+    const std::size_t g = common_accumulation(update);
+    if (exact && g > 1 && g == update.ranks.size())
+      for (const explanation& e : r.diagnosis) {
+        if (e.name != "objective×W" && e.name != "objective/W") continue;
+        const std::string twin = e.name == "objective×W" ? "objective×G" : "objective/G";
+        const bool named = std::any_of(r.diagnosis.begin(), r.diagnosis.end(), [&](const explanation& o) { return o.name == twin; });
+        const bool marked = std::any_of(e.alike.begin(), e.alike.end(), [&](const look_alike& a) { return a.name == twin; });
+        if (!named || !marked)
+          c.failures.push_back("at G = W the diagnosis names " + e.name + " but not " + twin + " beside it, alike");
+      }
     return;
   }
   if (r.verdict == gate_verdict::fail)

@@ -13,6 +13,13 @@
 
 namespace normcheck {
 
+/// Another explanation that this update cannot tell from one: both give it the same value (or weight table),
+/// and they differ on an update one change away.
+struct look_alike {
+  std::string name;           ///< the other explanation
+  std::string told_apart_by;  ///< that change, in a user's words ("G ≠ W (here G = W = 2)")
+};
+
 /// A candidate account of the observed value: a named strategy or the objective scaled by a factor.
 struct explanation {
   std::string name;       ///< a strategy name ("local_mean"), a factor ("objective×W") or "mean_of_empty"
@@ -21,6 +28,7 @@ struct explanation {
   std::string computed;   ///< what the code computed
   std::string why_wrong;  ///< why that is not the objective's gradient
   std::string instead;    ///< what to backpropagate instead
+  std::vector<look_alike> alike;  ///< the other explanations given that fit only because of this update's shape
 };
 
 /// Every known mistake as a candidate, with its value and bound on `update` at `type`, reduced in
