@@ -3,6 +3,7 @@
 #include "normcheck/check/scenario_check.hpp"
 #include "normcheck/gate/gate_section.hpp"
 #include "normcheck/io/files.hpp"
+#include "normcheck/io/text.hpp"
 #include "normcheck/recipes/recipe_section.hpp"
 
 #include <algorithm>
@@ -22,10 +23,6 @@
 namespace normcheck {
 
 namespace {
-
-std::string value_text(const std::optional<rational>& value) {
-  return value ? to_string(*value) : std::string("undefined");
-}
 
 constexpr std::string_view no_gate_result =
     "no observed result to judge: --require-gate wants every file to carry what training code produced";
@@ -67,7 +64,7 @@ file_report check_partition(std::string_view text, std::string source, const che
     result.held = result.expected == result.actual;
     if (!result.held)
       report.failures.push_back("expect " + std::string(strategy_name(claim.name)) + " = " +
-                                value_text(result.expected) + ", but it is " + value_text(result.actual));
+                                canonical_or_undefined(result.expected) + ", but it is " + canonical_or_undefined(result.actual));
     report.expectations.push_back(std::move(result));
   }
   for (const std::shared_ptr<section>& part : document.sections) part->judge(document, report.gradients, report.failures);

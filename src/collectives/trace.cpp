@@ -24,7 +24,7 @@ constexpr name_table op_names{std::array<std::pair<collective_op, std::string_vi
 
 constexpr std::string_view line_keys = "rank, step, seq, op, tensor, shape, dtype, reduce_op, group, root, source";
 constexpr std::uint64_t max_rank = (1u << 20) - 1;
-constexpr std::uint64_t max_count = std::numeric_limits<std::int64_t>::max();
+constexpr std::uint64_t max_trace_integer = std::numeric_limits<std::int64_t>::max();
 
 void append_field(std::string& key, std::string_view field) {
   key += std::to_string(field.size());
@@ -134,10 +134,10 @@ void collective_trace::add_text(std::string_view text, std::string source, const
           call.rank = static_cast<std::uint32_t>(json.integer("rank", 0, max_rank));
           saw_rank = true;
         } else if (key == "step") {
-          call.step = json.integer("step", 0, max_count);
+          call.step = json.integer("step", 0, max_trace_integer);
           saw_step = true;
         } else if (key == "seq") {
-          call.seq = json.integer("seq", 0, max_count);
+          call.seq = json.integer("seq", 0, max_trace_integer);
           saw_seq = true;
         } else if (key == "op") {
           signature.op = json.named("op", [](std::string_view name) { return op_names.find(name); }, op_names.alternatives());
@@ -148,7 +148,7 @@ void collective_trace::add_text(std::string_view text, std::string source, const
         } else if (key == "shape") {
           if (json.peek() != json_kind::array) json.fail_type("shape", "an array of non-negative integers");
           json.begin_array();
-          while (json.next_element()) signature.shape.push_back(json.integer("each extent of shape", 0, max_count));
+          while (json.next_element()) signature.shape.push_back(json.integer("each extent of shape", 0, max_trace_integer));
           saw_shape = true;
         } else if (key == "dtype") {
           signature.dtype = json.text("dtype");

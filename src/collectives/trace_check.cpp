@@ -1,13 +1,13 @@
 #include "normcheck/collectives/trace_check.hpp"
 
+#include "normcheck/io/text.hpp"
+
 #include <algorithm>
 #include <map>
 
 namespace normcheck {
 
 namespace {
-
-std::string or_dash(const std::string& text) { return text.empty() ? "—" : text; }
 
 // Names the fields in which `a` and `b` differ, with both values.
 std::vector<std::string> differing_fields(const call_signature& a, std::size_t rank_a, const call_signature& b,

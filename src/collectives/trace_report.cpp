@@ -8,12 +8,6 @@
 
 namespace normcheck {
 
-namespace {
-
-std::string or_dash(const std::string& text) { return text.empty() ? "—" : text; }
-
-}  // namespace
-
 void print_trace_verdict(std::ostream& out, const collective_trace& trace, const trace_verdict& verdict) {
   out << "trace: " << verdict.world_size << (verdict.world_size == 1 ? " rank, " : " ranks, ") << verdict.calls
       << (verdict.calls == 1 ? " call, " : " calls, ") << verdict.steps << (verdict.steps == 1 ? " step" : " steps")

@@ -15,7 +15,7 @@ __extension__ typedef unsigned __int128 uint128;
 // path produces fits comfortably in 32 bits.
 constexpr std::int64_t fast_exponent_bound = 1 << 29;
 
-bool is_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
+bool is_decimal_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
 
 // The value of each hexadecimal digit, -1 for every other byte.
 constexpr std::array<std::int8_t, 256> hex_values = [] {
@@ -74,7 +74,7 @@ const char* read_decimal_digits(const char* p, const char* end, std::uint64_t& s
     p += count;
     if (count < 8) return p;
   }
-  for (; p != end && is_digit(*p); ++p)
+  for (; p != end && is_decimal_digit(*p); ++p)
     if (!append_digits(significand, 10, static_cast<std::uint64_t>(*p - '0'))) return nullptr;
   return p;
 }
@@ -97,9 +97,9 @@ bool read_exponent(const char*& p, const char* end, std::int64_t bound, std::int
     negative = *p == '-';
     ++p;
   }
-  if (p == end || !is_digit(*p)) return false;
+  if (p == end || !is_decimal_digit(*p)) return false;
   std::int64_t value = 0;
-  while (p != end && is_digit(*p)) {
+  while (p != end && is_decimal_digit(*p)) {
     value = value * 10 + (*p - '0');
     if (value > bound) return false;
     ++p;
@@ -115,8 +115,8 @@ const char* scan_decimal(const char* p, const char* end, std::int64_t bound, std
                          machine_literal& out) {
   const char* const whole_start = p;
   std::uint64_t significand = 0;
-  if (p == end || !is_digit(*p)) return nullptr;
-  if (*p == '0' && p + 1 != end && is_digit(p[1])) return nullptr;  // a leading zero
+  if (p == end || !is_decimal_digit(*p)) return nullptr;
+  if (*p == '0' && p + 1 != end && is_decimal_digit(p[1])) return nullptr;  // a leading zero
   p = read_decimal_digits(p, end, significand);
   if (p == nullptr) return nullptr;
   std::size_t digits = static_cast<std::size_t>(p - whole_start);

@@ -180,6 +180,14 @@ std::uint64_t partition::padding() const {
   return total;
 }
 
+std::uint64_t partition::common_accumulation() const {
+  if (ranks.empty()) return 0;
+  const std::size_t g = ranks.front().microbatches.size();
+  for (const rank_stats& rank : ranks)
+    if (rank.microbatches.size() != g) return 0;
+  return g;
+}
+
 std::uint64_t partition::positions() const { return add_counts(valid_tokens(), padding()); }
 
 rational loss_gradient_sum(const group_stats& group, const rational& theta) {

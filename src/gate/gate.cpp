@@ -72,7 +72,7 @@ std::string verdict_alternatives() { return verdict_names.alternatives(); }
 
 namespace {
 
-std::vector<std::string> names_of(const std::vector<explanation>& explanations) {
+std::vector<std::string> sorted_names(const std::vector<explanation>& explanations) {
   std::vector<std::string> names;
   for (const explanation& e : explanations) names.push_back(e.name);
   std::sort(names.begin(), names.end());
@@ -134,7 +134,7 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
   const auto differs_from_p = [&](const site_result& site) {
     if (site.replica_difference) return true;
     if (site.judgement.matches_objective != judgement.matches_objective) return true;
-    return !judgement.matches_objective && names_of(site.judgement.diagnosis) != names_of(judgement.diagnosis);
+    return !judgement.matches_objective && sorted_names(site.judgement.diagnosis) != sorted_names(judgement.diagnosis);
   };
   for (site_result& site : result.sites) site.as_p = !differs_from_p(site);
   if (!result.sites.empty()) {

@@ -13,20 +13,12 @@ std::uint64_t positions_of(const microbatch_stats& microbatch) { return microbat
 // Whether `added` more positions keep the update within the counts kept exact.
 bool room_for(const partition& update, std::uint64_t added) { return added <= max_count - update.positions(); }
 
-// The same number of microbatches on every rank, or 0.
-std::uint64_t uniform_accumulation(const partition& update) {
-  const std::size_t g = update.ranks.front().microbatches.size();
-  for (const rank_stats& rank : update.ranks)
-    if (rank.microbatches.size() != g) return 0;
-  return g;
-}
-
 }  // namespace
 
 std::vector<nearby_update> nearby_updates(const partition& update) {
   std::vector<nearby_update> out;
   if (update.ranks.empty()) return out;
-  const std::uint64_t g = uniform_accumulation(update);
+  const std::uint64_t g = update.common_accumulation();
 
   std::uint64_t added = 0;
   bool every_rank_accumulates = true;

@@ -283,14 +283,6 @@ std::optional<rational> suggested_factor(const lazy_table& table, const std::vec
   return factor;
 }
 
-// The same number of microbatches on every rank, or 0.
-std::uint64_t uniform_accumulation(const partition& update) {
-  const std::size_t g = update.ranks.front().microbatches.size();
-  for (const rank_stats& rank : update.ranks)
-    if (rank.microbatches.size() != g) return 0;
-  return g;
-}
-
 // The names of a factor in the update's own terms: "×W", "/G", "×W·G", "×4", "/3", "×2/3"; whether it is a
 // ratio G/k of accumulation steps (a short or another window); and its form, to read it on another update.
 struct factor_label {
@@ -309,7 +301,7 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
     else value /= w;
   }
   if (form.g != 0) {
-    const std::uint64_t g = uniform_accumulation(update);
+    const std::uint64_t g = update.common_accumulation();
     if (g == 0) return std::nullopt;
     const rational gg{g};
     for (int i = 0; i < std::abs(form.g); ++i) {
@@ -323,7 +315,7 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
 // Every name of `factor` on `update`: each form in W and G it equals (at G = W, "/W" and "/G" both), else a
 // window G/k, else the number itself.
 std::vector<factor_label> labels_of(const rational& factor, const partition& update) {
-  const std::uint64_t g = uniform_accumulation(update);
+  const std::uint64_t g = update.common_accumulation();
   struct symbolic {
     int w;
     int g;
@@ -467,7 +459,7 @@ std::vector<candidate> factor_fits(const candidate& base, const partition& updat
     std::string name = base.name + label.text;
     mistake_words words;
     if (label.window) {
-      const std::uint64_t g = uniform_accumulation(update);
+      const std::uint64_t g = update.common_accumulation();
       name = *label.window > g ? "short_window" : "other_window";
       words = table_mistake_words(name, update);
       words.computed += " (" + base.name + " times G/" + std::to_string(*label.window) + ": divided by " +

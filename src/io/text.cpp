@@ -20,6 +20,12 @@ std::string on_screen(const rational& value) { return shorten(to_string(value));
 
 std::string on_screen(const std::optional<rational>& value) { return value ? on_screen(*value) : "undefined"; }
 
+std::string canonical_or_undefined(const std::optional<rational>& value) {
+  return value ? to_string(*value) : std::string("undefined");
+}
+
+std::string or_dash(const std::string& text) { return text.empty() ? "—" : text; }
+
 std::string join(const std::vector<std::string>& items, std::string_view none) {
   if (items.empty()) return std::string(none);
   std::string out;

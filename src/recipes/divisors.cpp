@@ -11,8 +11,6 @@ constexpr std::size_t most_terms = 20000;
 
 struct too_large {};
 
-std::size_t index_of(count_variable v) { return static_cast<std::size_t>(v); }
-
 }  // namespace
 
 // Reads the expression's tree (a friend of recipe_expression).
@@ -85,7 +83,7 @@ polynomial polynomial::constant(const rational& value) {
 polynomial polynomial::variable(count_variable v) {
   polynomial p;
   monomial m{};
-  m[index_of(v)] = 1;
+  m[variable_index(v)] = 1;
   p.add_term(m, 1);
   return p;
 }
@@ -136,7 +134,7 @@ rational polynomial::evaluate(const count_values& values) const {
 }
 
 bool polynomial::uses(count_variable v) const {
-  return std::any_of(terms_.begin(), terms_.end(), [&](const auto& term) { return term.first[index_of(v)] > 0; });
+  return std::any_of(terms_.begin(), terms_.end(), [&](const auto& term) { return term.first[variable_index(v)] > 0; });
 }
 
 polynomial polynomial::substitute(const std::array<polynomial, all_count_variables.size()>& by) const {
@@ -156,7 +154,7 @@ polynomial polynomial::substitute(const std::array<polynomial, all_count_variabl
 
 std::vector<rational> polynomial::in_one_variable(count_variable v, const count_values& values) const {
   std::vector<rational> coefficients;
-  const std::size_t at = index_of(v);
+  const std::size_t at = variable_index(v);
   for (const auto& [m, c] : terms_) {
     rational term = c;
     for (std::size_t i = 0; i < m.size(); ++i)
@@ -178,29 +176,29 @@ bool nonzero_on_every_configuration(const polynomial& p, const count_domain& dom
   // p = mₘ, q = mᵣ − mₘ, r = M − mᵣ; C in its own slot, positive.
   auto slack = [](v x) { return polynomial::variable(x); };
   std::array<polynomial, all_count_variables.size()> by;
-  by[index_of(v::W)] = polynomial::constant(1) + slack(v::W);
-  by[index_of(v::G)] = polynomial::constant(1) + slack(v::G);
-  by[index_of(v::n_m)] = domain.sequences ? slack(v::n_s) + slack(v::n_m) : slack(v::n_m);
-  by[index_of(v::n_r)] = by[index_of(v::n_m)] + slack(v::n_r);
-  by[index_of(v::N)] = by[index_of(v::n_r)] + slack(v::N);
+  by[variable_index(v::W)] = polynomial::constant(1) + slack(v::W);
+  by[variable_index(v::G)] = polynomial::constant(1) + slack(v::G);
+  by[variable_index(v::n_m)] = domain.sequences ? slack(v::n_s) + slack(v::n_m) : slack(v::n_m);
+  by[variable_index(v::n_r)] = by[variable_index(v::n_m)] + slack(v::n_r);
+  by[variable_index(v::N)] = by[variable_index(v::n_r)] + slack(v::N);
   if (domain.sequences) {
-    by[index_of(v::n_s)] = slack(v::n_s);
-    by[index_of(v::b_m)] = slack(v::b_m);
-    by[index_of(v::b_r)] = slack(v::b_m) + slack(v::b_r);
-    by[index_of(v::B)] = slack(v::b_m) + slack(v::b_r) + slack(v::B);
+    by[variable_index(v::n_s)] = slack(v::n_s);
+    by[variable_index(v::b_m)] = slack(v::b_m);
+    by[variable_index(v::b_r)] = slack(v::b_m) + slack(v::b_r);
+    by[variable_index(v::B)] = slack(v::b_m) + slack(v::b_r) + slack(v::B);
   } else {
-    by[index_of(v::n_s)] = by[index_of(v::n_m)];  // B, bᵣ, bₘ: 0
+    by[variable_index(v::n_s)] = by[variable_index(v::n_m)];  // B, bᵣ, bₘ: 0
   }
   if (domain.weighted) {
-    by[index_of(v::m_m)] = slack(v::m_m);
-    by[index_of(v::m_r)] = slack(v::m_m) + slack(v::m_r);
-    by[index_of(v::M)] = slack(v::m_m) + slack(v::m_r) + slack(v::M);
+    by[variable_index(v::m_m)] = slack(v::m_m);
+    by[variable_index(v::m_r)] = slack(v::m_m) + slack(v::m_r);
+    by[variable_index(v::M)] = slack(v::m_m) + slack(v::m_r) + slack(v::M);
   } else {
-    by[index_of(v::m_m)] = by[index_of(v::n_m)];
-    by[index_of(v::m_r)] = by[index_of(v::n_r)];
-    by[index_of(v::M)] = by[index_of(v::N)];
+    by[variable_index(v::m_m)] = by[variable_index(v::n_m)];
+    by[variable_index(v::m_r)] = by[variable_index(v::n_r)];
+    by[variable_index(v::M)] = by[variable_index(v::N)];
   }
-  if (domain.constant) by[index_of(v::C)] = slack(v::C);
+  if (domain.constant) by[variable_index(v::C)] = slack(v::C);
   polynomial in_slacks;
   try {
     in_slacks = p.substitute(by);
@@ -223,7 +221,7 @@ bool nonzero_on_every_configuration(const polynomial& p, const count_domain& dom
   for (;;) {
     const bool some_term = std::any_of(in_slacks.terms().begin(), in_slacks.terms().end(), [&](const auto& term) {
       for (v x : all_count_variables) {
-        if (term.first[index_of(x)] == 0 || (domain.constant && x == v::C)) continue;
+        if (term.first[variable_index(x)] == 0 || (domain.constant && x == v::C)) continue;
         bool chosen = false;
         for (std::size_t k = 0; k < positive_groups.size(); ++k) chosen = chosen || positive_groups[k][choice[k]] == x;
         if (!chosen) return false;

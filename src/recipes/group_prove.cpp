@@ -41,8 +41,6 @@ const std::array<rational, 4> scope_weights{rational(0), fraction(1, 2), rationa
 const std::array<rational, 6> scope_normalizers{fraction(1, 2), rational(1), rational(2),
                                                 rational(3), fraction(7, 2), rational(12)};
 
-std::size_t index_of(count_variable v) { return static_cast<std::size_t>(v); }
-
 bool reads_sequences(const recipe& r) {
   return r.scale.uses(count_variable::B) || r.scale.uses(count_variable::b_r) || r.scale.uses(count_variable::b_m) ||
          r.scale.uses(count_variable::n_s);
@@ -96,25 +94,25 @@ sequence_counts sequences_of(const count_configuration& c) {
 count_values values_of(const count_configuration& c) {
   count_values v;
   const sequence_counts q = sequences_of(c);
-  v[index_of(count_variable::W)] = c.world_size;
-  v[index_of(count_variable::N)] = c.valid_tokens;
-  v[index_of(count_variable::n_r)] = c.rank_tokens;
-  v[index_of(count_variable::n_m)] = c.microbatch_tokens;
-  v[index_of(count_variable::G)] = c.microbatches;
+  v[variable_index(count_variable::W)] = c.world_size;
+  v[variable_index(count_variable::N)] = c.valid_tokens;
+  v[variable_index(count_variable::n_r)] = c.rank_tokens;
+  v[variable_index(count_variable::n_m)] = c.microbatch_tokens;
+  v[variable_index(count_variable::G)] = c.microbatches;
   if (c.masses) {
-    v[index_of(count_variable::M)] = (*c.masses)[0];
-    v[index_of(count_variable::m_r)] = (*c.masses)[1];
-    v[index_of(count_variable::m_m)] = (*c.masses)[2];
+    v[variable_index(count_variable::M)] = (*c.masses)[0];
+    v[variable_index(count_variable::m_r)] = (*c.masses)[1];
+    v[variable_index(count_variable::m_m)] = (*c.masses)[2];
   } else {
-    v[index_of(count_variable::M)] = c.valid_tokens;
-    v[index_of(count_variable::m_r)] = c.rank_tokens;
-    v[index_of(count_variable::m_m)] = c.microbatch_tokens;
+    v[variable_index(count_variable::M)] = c.valid_tokens;
+    v[variable_index(count_variable::m_r)] = c.rank_tokens;
+    v[variable_index(count_variable::m_m)] = c.microbatch_tokens;
   }
-  v[index_of(count_variable::B)] = q.sequences;
-  v[index_of(count_variable::b_r)] = q.rank_sequences;
-  v[index_of(count_variable::b_m)] = q.microbatch_sequences;
-  v[index_of(count_variable::n_s)] = q.group_tokens;
-  if (c.normalizer) v[index_of(count_variable::C)] = *c.normalizer;
+  v[variable_index(count_variable::B)] = q.sequences;
+  v[variable_index(count_variable::b_r)] = q.rank_sequences;
+  v[variable_index(count_variable::b_m)] = q.microbatch_sequences;
+  v[variable_index(count_variable::n_s)] = q.group_tokens;
+  if (c.normalizer) v[variable_index(count_variable::C)] = *c.normalizer;
   return v;
 }
 
@@ -440,7 +438,7 @@ private:
   void judge_view(const group_view& v, std::unordered_map<view_key, judged, view_key_hash>& memo) {
     view_key base{};
     auto set = [&](count_variable variable, std::uint64_t value) {
-      if (relevant(scope_, recipe_, variable)) base[index_of(variable)] = value;
+      if (relevant(scope_, recipe_, variable)) base[variable_index(variable)] = value;
     };
     set(count_variable::W, v.w);
     set(count_variable::N, v.n);
@@ -461,7 +459,7 @@ private:
     if (scope_.constant) {
       for (std::size_t i = 0; i < scope_normalizers.size(); ++i) {
         view_key key = base;
-        if (relevant(scope_, recipe_, count_variable::C)) key[index_of(count_variable::C)] = i;
+        if (relevant(scope_, recipe_, count_variable::C)) key[variable_index(count_variable::C)] = i;
         key.back() = v.n_s > 0;
         once(key, nullptr, &scope_normalizers[i]);
       }
@@ -490,9 +488,9 @@ private:
       const std::uint64_t update = rank + twice[3];
       if (update == 0) continue;  // M = 0 has no objective
       view_key key = base;
-      if (relevant(scope_, recipe_, count_variable::M)) key[index_of(count_variable::M)] = update;
-      if (relevant(scope_, recipe_, count_variable::m_r)) key[index_of(count_variable::m_r)] = rank;
-      if (relevant(scope_, recipe_, count_variable::m_m)) key[index_of(count_variable::m_m)] = microbatch;
+      if (relevant(scope_, recipe_, count_variable::M)) key[variable_index(count_variable::M)] = update;
+      if (relevant(scope_, recipe_, count_variable::m_r)) key[variable_index(count_variable::m_r)] = rank;
+      if (relevant(scope_, recipe_, count_variable::m_m)) key[variable_index(count_variable::m_m)] = microbatch;
       key.back() = twice[0] > 0;
       const std::array<rational, 4> weights{scope_weights[choice[0]], scope_weights[choice[1]],
                                             scope_weights[choice[2]], scope_weights[choice[3]]};
@@ -689,7 +687,7 @@ private:
                                &c.microbatches,   nullptr,           nullptr,        nullptr,
                                &q.sequences,      &q.rank_sequences, &q.microbatch_sequences, &q.group_tokens};
       static_assert(std::size(slot) + 1 == all_count_variables.size());
-      std::uint64_t* at = slot[index_of(v)];
+      std::uint64_t* at = slot[variable_index(v)];
       if (at == nullptr) return std::nullopt;
       // What holds the value grows with it: n_s, nₘ, nᵣ and N nest, and so do bₘ, bᵣ and B.
       const std::vector<cv> holders = v == cv::n_s ? std::vector<cv>{cv::n_m, cv::n_r, cv::N}
@@ -700,7 +698,7 @@ private:
                                                      : std::vector<cv>{};
       if (n > *at)
         for (cv holder : holders)
-          if (!numerator.uses(holder)) *slot[index_of(holder)] += n - *at;
+          if (!numerator.uses(holder)) *slot[variable_index(holder)] += n - *at;
       *at = n;
       if (c.sequences) c.sequences = q;
       const bool masses_read = numerator.uses(cv::M) || numerator.uses(cv::m_r) || numerator.uses(cv::m_m);

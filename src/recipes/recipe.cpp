@@ -12,15 +12,13 @@ namespace {
 constexpr std::array<std::string_view, all_count_variables.size()> variable_names{
     "W", "N", "n_r", "n_m", "G", "M", "m_r", "m_m", "B", "b_r", "b_m", "n_s", "C"};
 
-std::size_t index_of(count_variable v) { return static_cast<std::size_t>(v); }
-
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
 }  // namespace
 
-std::string_view variable_name(count_variable v) noexcept { return variable_names[index_of(v)]; }
+std::string_view variable_name(count_variable v) noexcept { return variable_names[variable_index(v)]; }
 
 // Recursive descent: expression := term (('+'|'-') term)*, term := factor (('*'|'/') factor)*,
 // factor := ('-'|'+') factor | number | name | '(' expression ')'. Nesting is bounded.
@@ -162,7 +160,7 @@ recipe_value recipe_expression::evaluate_node(int index, const count_values& val
   const node& n = nodes_[static_cast<std::size_t>(index)];
   switch (n.what) {
     case kind::constant: return {n.constant, {}};
-    case kind::variable: return {values[index_of(n.variable)], {}};
+    case kind::variable: return {values[variable_index(n.variable)], {}};
     case kind::negate: {
       recipe_value operand = evaluate_node(n.left, values);
       if (operand.value) *operand.value = -*operand.value;
@@ -249,20 +247,20 @@ count_values counts_at(const partition& update, std::size_t r, std::size_t m, st
   const rank_stats& rank = update.ranks[r];
   const microbatch_stats& microbatch = rank.microbatches[m];
   count_values values;
-  values[index_of(count_variable::W)] = update.world_size();
-  values[index_of(count_variable::N)] = all.valid_tokens;
-  values[index_of(count_variable::n_r)] = rank_counts.valid_tokens;
-  values[index_of(count_variable::n_m)] = microbatch.valid_tokens;
-  values[index_of(count_variable::G)] = rank.microbatches.size();
+  values[variable_index(count_variable::W)] = update.world_size();
+  values[variable_index(count_variable::N)] = all.valid_tokens;
+  values[variable_index(count_variable::n_r)] = rank_counts.valid_tokens;
+  values[variable_index(count_variable::n_m)] = microbatch.valid_tokens;
+  values[variable_index(count_variable::G)] = rank.microbatches.size();
   // Masses are weight sums; without weights every token weighs 1 and they equal the counts.
-  values[index_of(count_variable::M)] = all.mass;
-  values[index_of(count_variable::m_r)] = rank_counts.mass;
-  values[index_of(count_variable::m_m)] = microbatch.mass();
-  values[index_of(count_variable::B)] = all.sequences;
-  values[index_of(count_variable::b_r)] = rank_counts.sequences;
-  values[index_of(count_variable::b_m)] = microbatch.sequence_count();
-  values[index_of(count_variable::n_s)] = microbatch.group(g).valid_tokens;
-  values[index_of(count_variable::C)] = update.normalizer;
+  values[variable_index(count_variable::M)] = all.mass;
+  values[variable_index(count_variable::m_r)] = rank_counts.mass;
+  values[variable_index(count_variable::m_m)] = microbatch.mass();
+  values[variable_index(count_variable::B)] = all.sequences;
+  values[variable_index(count_variable::b_r)] = rank_counts.sequences;
+  values[variable_index(count_variable::b_m)] = microbatch.sequence_count();
+  values[variable_index(count_variable::n_s)] = microbatch.group(g).valid_tokens;
+  values[variable_index(count_variable::C)] = update.normalizer;
   return values;
 }
 

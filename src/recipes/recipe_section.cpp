@@ -10,10 +10,6 @@ namespace {
 
 const std::optional<rational>& objective_of(const gradient_set& gradients) { return gradients[0]; }
 
-std::string value_text(const std::optional<rational>& value) {
-  return value ? to_string(*value) : std::string("undefined");
-}
-
 }  // namespace
 
 void recipe_section::read(std::string_view, field_reader& in) {
@@ -86,7 +82,7 @@ void recipe_section::judge(const partition_file& document, const gradient_set& g
   const std::string name = "recipe \"" + normalization_->scale.text() + "\"";
   if (expected_) {
     if (*expected_ != result.value)
-      failures.push_back("expect " + name + " = " + value_text(*expected_) + ", but it is " + value_text(result.value));
+      failures.push_back("expect " + name + " = " + canonical_or_undefined(*expected_) + ", but it is " + canonical_or_undefined(result.value));
     return;
   }
   const std::optional<rational>& objective = objective_of(gradients);

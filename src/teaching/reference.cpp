@@ -3,14 +3,11 @@
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/gradients.hpp"
 #include "normcheck/core/normalization.hpp"
+#include "normcheck/io/text.hpp"
 
 namespace normcheck {
 
 namespace {
-
-std::string show(const std::optional<rational>& value) {
-  return value ? to_string(*value) : std::string("undefined");
-}
 
 std::string show_ranks(const std::vector<std::vector<token>>& ranks) {
   std::string out = "[";
@@ -30,7 +27,7 @@ reference_check value_check(const std::vector<std::vector<token>>& ranks, const 
   const std::optional<rational> actual = gradient(p, s);
   reference_check check;
   check.claim = std::string(strategy_name(s)) + " of " + show_ranks(ranks) + " at θ = " + to_string(theta) +
-                " is " + show(actual) + " (expected " + to_string(expected) + ")";
+                " is " + canonical_or_undefined(actual) + " (expected " + to_string(expected) + ")";
   check.shows = std::move(shows);
   check.passed = actual && *actual == expected;
   return check;
@@ -67,7 +64,7 @@ std::optional<rational> written_for(const partition& p, objective_kind objective
 reference_check objective_check(std::string what, const std::optional<rational>& value, const rational& expected,
                                 std::string shows) {
   reference_check check;
-  check.claim = std::move(what) + " is " + show(value) + " (expected " + to_string(expected) + ")";
+  check.claim = std::move(what) + " is " + canonical_or_undefined(value) + " (expected " + to_string(expected) + ")";
   check.shows = std::move(shows);
   check.passed = value && *value == expected;
   return check;
@@ -100,8 +97,8 @@ std::vector<reference_check> run_reference_checks() {
     const std::optional<rational> compensated = gradient(p, strategy::scaled_sum);
     const std::optional<rational> objective = gradient(p, strategy::global_mean);
     reference_check check;
-    check.claim = "at θ = 1 on " + show_ranks(unequal) + ", scaled_sum " + show(compensated) + " equals global_mean " +
-                  show(objective);
+    check.claim = "at θ = 1 on " + show_ranks(unequal) + ", scaled_sum " + canonical_or_undefined(compensated) + " equals global_mean " +
+                  canonical_or_undefined(objective);
     check.shows = "the agreement is not an accident of θ = 0";
     check.passed = compensated && objective && *compensated == *objective;
     checks.push_back(std::move(check));
@@ -112,8 +109,8 @@ std::vector<reference_check> run_reference_checks() {
     const std::optional<rational> rank_weight = gradient(p, strategy::local_mean);
     const std::optional<rational> token_weight = gradient(p, strategy::global_mean);
     reference_check check;
-    check.claim = "the weight of rank 0's single token is " + show(rank_weight) + " in the averaged local means but " +
-                  show(token_weight) + " in the token mean";
+    check.claim = "the weight of rank 0's single token is " + canonical_or_undefined(rank_weight) + " in the averaged local means but " +
+                  canonical_or_undefined(token_weight) + " in the token mean";
     check.shows = "averaging means gives each rank 1/W of the weight; the objective gives each token 1/N";
     check.passed = rank_weight && token_weight && *rank_weight == half &&
                    *token_weight == quarter && *rank_weight != *token_weight;
@@ -124,7 +121,7 @@ std::vector<reference_check> run_reference_checks() {
     check.shows = "an update without valid tokens has no objective; all ranks must reject it together";
     try {
       const std::optional<rational> value = gradient(make_partition({{}, {}}, 0), strategy::scaled_sum);
-      check.claim = "the all-empty update [[],[]] gave " + show(value) + " instead of being rejected";
+      check.claim = "the all-empty update [[],[]] gave " + canonical_or_undefined(value) + " instead of being rejected";
     } catch (const error& e) {
       check.claim = "the all-empty update [[],[]] is rejected with " + std::string(code_name(e.code()));
       check.passed = e.code() == error_code::no_valid_tokens;
@@ -154,8 +151,8 @@ std::vector<reference_check> run_objective_checks() {
     const std::optional<rational> token_code = written_for(sequence_mean, objective_kind::token_mean, "scaled_sum");
     const std::optional<rational> objective = gradient(sequence_mean, strategy::global_mean);
     reference_check check;
-    check.claim = "sequence_mean: the token mean's W·Sᵣ/N" + on + " is " + show(token_code) + ", the objective " +
-                  show(objective);
+    check.claim = "sequence_mean: the token mean's W·Sᵣ/N" + on + " is " + canonical_or_undefined(token_code) + ", the objective " +
+                  canonical_or_undefined(objective);
     check.shows = "code written for the token mean weighs every token 1/N, so the long sequence outweighs the short "
                   "ones: it is not the sequence mean";
     check.passed = token_code && objective && *token_code == rational(rational(-8) / 5) && *token_code != *objective;
@@ -182,7 +179,7 @@ std::vector<reference_check> run_objective_checks() {
     const std::optional<rational> token_code = written_for(constant, objective_kind::token_mean, "scaled_sum");
     reference_check check = objective_check("constant C = 9: scaled_sum" + on, compensated, rational(rational(-8) / 9),
                                             "a declared normalizer C replaces N: W·Sᵣ/C, and the token mean's "
-                                            "W·Sᵣ/N (here " + show(token_code) + ") is not it");
+                                            "W·Sᵣ/N (here " + canonical_or_undefined(token_code) + ") is not it");
     check.passed = check.passed && gradient(constant, strategy::global_mean) == compensated && token_code &&
                    *token_code != *compensated;
     checks.push_back(std::move(check));
@@ -193,7 +190,7 @@ std::vector<reference_check> run_objective_checks() {
     try {
       const std::optional<rational> value =
           gradient(sequenced({{{}}, {{}, {}}}, objective_kind::sequence_mean), strategy::scaled_sum);
-      check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] gave " + show(value) +
+      check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] gave " + canonical_or_undefined(value) +
                     " instead of being rejected";
     } catch (const error& e) {
       check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] is rejected with " +

@@ -180,6 +180,8 @@ struct partition {
   std::uint64_t group_count() const;
   /// Whether some microbatch declares sequences.
   bool has_sequences() const;
+  /// G, the microbatches every rank accumulates, or 0 where ranks accumulate different numbers.
+  std::uint64_t common_accumulation() const;
 };
 
 /// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy,

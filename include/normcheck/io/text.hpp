@@ -23,6 +23,10 @@ std::string padded(std::string_view text, std::size_t width);
 std::string on_screen(const rational& value);
 /// The same, or "undefined".
 std::string on_screen(const std::optional<rational>& value);
+/// The canonical text of a value ("p/q", never shortened), or "undefined".
+std::string canonical_or_undefined(const std::optional<rational>& value);
+/// `text`, or "—" where it is empty (a column of a table).
+std::string or_dash(const std::string& text);
 
 /// "a, b, c" (`none` when the list is empty).
 std::string join(const std::vector<std::string>& items, std::string_view none = "");

@@ -20,7 +20,7 @@ namespace normcheck {
 /// expression shallow, however long the text (parentheses and signs are also bounded: 64 levels).
 inline constexpr std::size_t recipe_max_nodes = 1000;
 
-/// The counts a recipe may use.
+/// The counts a recipe may use, in the order of their index (variable_index).
 enum class count_variable {
   W,    ///< ranks in the reduction
   N,    ///< valid tokens of the update, all ranks
@@ -42,6 +42,9 @@ inline constexpr std::array<count_variable, 13> all_count_variables{
     count_variable::W, count_variable::N,   count_variable::n_r, count_variable::n_m, count_variable::G,
     count_variable::M, count_variable::m_r, count_variable::m_m, count_variable::B,   count_variable::b_r,
     count_variable::b_m, count_variable::n_s, count_variable::C};
+
+/// A variable's index in `all_count_variables` and in `count_values`.
+constexpr std::size_t variable_index(count_variable v) { return static_cast<std::size_t>(v); }
 
 /// The spelling of a variable in recipes, e.g. "n_r".
 std::string_view variable_name(count_variable v) noexcept;
