@@ -12,21 +12,18 @@
 
 namespace {
 
+using hardening::peak_bound_kib;
 using hardening::process_result;
 using hardening::run_process;
 
 #ifdef NORMCHECK_SANITIZED
-constexpr long peak_bound_kib = 1024 * 1024;
 constexpr double time_limit = 300;
 #else
-constexpr long peak_bound_kib = 64 * 1024;
 constexpr double time_limit = 20;
 #endif
 
-const std::string normcheck = NORMCHECK_EXECUTABLE;
-
 process_result run(const std::vector<std::string>& args) {
-  std::vector<std::string> command{normcheck};
+  std::vector<std::string> command{hardening::normcheck_executable};
   command.insert(command.end(), args.begin(), args.end());
   const process_result result = run_process(command, hardening::output_to::file, time_limit);
   std::printf("%-60s exit %d in %.3f s, peak %ld KiB\n", args.front().c_str(), result.status, result.seconds,

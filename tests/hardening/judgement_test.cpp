@@ -11,18 +11,11 @@
 
 namespace {
 
+using hardening::check;
+using hardening::good_case;
 using hardening::process_result;
-using hardening::run_process;
 
-const std::string normcheck = NORMCHECK_EXECUTABLE;
-const std::string good_case = std::string(NORMCHECK_CASES_DIR) + "/reference/01_global_mean.json";
 const std::string gate_case = std::string(NORMCHECK_CASES_DIR) + "/gate/correct_scaled_sum_float32.json";
-
-process_result check(const std::vector<std::string>& args) {
-  std::vector<std::string> command{normcheck, "check"};
-  command.insert(command.end(), args.begin(), args.end());
-  return run_process(command);
-}
 
 // A dump whose update holds no valid token, which says it expects exactly that rejection, with NaN observed:
 // it is rejected before the gate could judge anything.

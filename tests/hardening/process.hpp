@@ -1,6 +1,7 @@
 #pragma once
 // Runs the real executable in a child process with a time limit, and measures it: exit status or
-// signal, output, peak resident memory (wait4) and elapsed time.
+// signal, output, peak resident memory (wait4) and elapsed time. Also what several tests of the folder
+// share: the executable's path, a case it passes, the bound on its peak memory, `normcheck check` itself.
 
 #include <chrono>
 #include <csignal>
@@ -131,6 +132,24 @@ struct temporary_directory {
 inline void write_text(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;
+}
+
+/// The executable under test, and a bundled case it passes (tests/hardening/CMakeLists.txt defines the paths).
+inline const std::string normcheck_executable = NORMCHECK_EXECUTABLE;
+inline const std::string good_case = std::string(NORMCHECK_CASES_DIR) + "/reference/01_global_mean.json";
+
+// Sanitizers multiply memory (shadow memory, quarantine): the bound applies to the normal build.
+#ifdef NORMCHECK_SANITIZED
+constexpr long peak_bound_kib = 1024 * 1024;
+#else
+constexpr long peak_bound_kib = 64 * 1024;
+#endif
+
+/// Runs `normcheck check args`.
+inline process_result check(const std::vector<std::string>& args, output_to stdout_to = output_to::file) {
+  std::vector<std::string> command{normcheck_executable, "check"};
+  command.insert(command.end(), args.begin(), args.end());
+  return run_process(command, stdout_to);
 }
 
 }  // namespace hardening

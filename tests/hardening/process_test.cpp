@@ -15,25 +15,11 @@
 
 namespace {
 
+using hardening::check;
+using hardening::good_case;
 using hardening::output_to;
+using hardening::peak_bound_kib;
 using hardening::process_result;
-using hardening::run_process;
-
-// Sanitizers multiply memory (shadow memory, quarantine): the bound applies to the normal build.
-#ifdef NORMCHECK_SANITIZED
-constexpr long peak_bound_kib = 1024 * 1024;
-#else
-constexpr long peak_bound_kib = 64 * 1024;
-#endif
-
-const std::string normcheck = NORMCHECK_EXECUTABLE;
-const std::string good_case = std::string(NORMCHECK_CASES_DIR) + "/reference/01_global_mean.json";
-
-process_result check(const std::vector<std::string>& args, output_to stdout_to = output_to::file) {
-  std::vector<std::string> command{normcheck, "check"};
-  command.insert(command.end(), args.begin(), args.end());
-  return run_process(command, stdout_to);
-}
 
 std::string prefix = R"({"format": "normcheck/1", "ranks": [{"targets": [)";
 
@@ -114,20 +100,22 @@ std::string distinct_fractions(std::size_t count, std::size_t digits) {
   return out;
 }
 
-const std::string update = R"({"format": "normcheck/1", )";
+// A normcheck/1 document up to its first member after the format.
+const std::string opening = R"({"format": "normcheck/1", )";
 
 }  // namespace
 
 TEST_CASE("documents that cost more than their size are limit_exceeded quickly, the rest judged in little memory") {
   // Each microbatch costs memory however short it is written.
   defuse("three_million_empty_microbatches",
-         [] { return update + R"("ranks": [{"microbatches": [)" + repeat("[]", 3000000) + "]}]}"; },
+         [] { return opening + R"("ranks": [{"microbatches": [)" + repeat("[]", 3000000) + "]}]}"; },
          "limit_exceeded", "--max-microbatches");
-  defuse("half_a_million_empty_ranks", [] { return update + R"("ranks": [)" + repeat(R"({"targets":[]})", 500000) + "]}"; },
+  defuse("half_a_million_empty_ranks",
+         [] { return opening + R"("ranks": [)" + repeat(R"({"targets":[]})", 500000) + "]}"; },
          "limit_exceeded", "--max-microbatches");
   // A short literal that is a long number, kept once per microbatch.
   defuse("hundred_thousand_tiny_microbatches",
-         [] { return update + R"("ranks": [{"microbatches": [)" + repeat(R"(["1e-10000"])", 100000) + "]}]}"; },
+         [] { return opening + R"("ranks": [{"microbatches": [)" + repeat(R"(["1e-10000"])", 100000) + "]}]}"; },
          "limit_exceeded", "--max-exact-digits");
   // Fractions whose denominators share nothing: their sum holds them all.
   defuse("fractions_on_two_thousand_ranks",
@@ -140,7 +128,7 @@ TEST_CASE("documents that cost more than their size are limit_exceeded quickly, 
              ranks += (r ? ",{\"targets\":[" : "{\"targets\":[") + each.substr(start, end - start) + "]}";
              start = end + 1;
            }
-           return update + R"("ranks": [)" + ranks + "]}";
+           return opening + R"("ranks": [)" + ranks + "]}";
          },
          "limit_exceeded", "--max-fraction-digits");
   defuse("twenty_thousand_fractions", [] { return prefix + distinct_fractions(20000, 100) + "]}]}"; },
@@ -148,12 +136,12 @@ TEST_CASE("documents that cost more than their size are limit_exceeded quickly, 
 
   // Within the limits: the most microbatches, the most kept digits, a tiny θ over many microbatches.
   afford("most_microbatches",
-         [] { return update + R"("ranks": [{"microbatches": [)" + repeat("[1]", 199999) + "]}]}"; });
-  afford("most_ranks", [] { return update + R"("ranks": [)" + repeat(R"({"targets":[1]})", 199999) + "]}"; });
+         [] { return opening + R"("ranks": [{"microbatches": [)" + repeat("[1]", 199999) + "]}]}"; });
+  afford("most_ranks", [] { return opening + R"("ranks": [)" + repeat(R"({"targets":[1]})", 199999) + "]}"; });
   afford("tiny_microbatches",
-         [] { return update + R"("ranks": [{"microbatches": [)" + repeat(R"(["1e-10000"])", 3000) + "]}]}"; });
+         [] { return opening + R"("ranks": [{"microbatches": [)" + repeat(R"(["1e-10000"])", 3000) + "]}]}"; });
   afford("tiny_theta", [] {
-    return update + R"("theta": "1e-10000", "ranks": [{"microbatches": [)" + repeat("[1]", 100000) + "]}]}";
+    return opening + R"("theta": "1e-10000", "ranks": [{"microbatches": [)" + repeat("[1]", 100000) + "]}]}";
   });
   afford("distinct_fractions", [] { return prefix + distinct_fractions(900, 100) + "]}]}"; });
 }
@@ -213,7 +201,7 @@ TEST_CASE("the limit options raise the limits") {
   CHECK(check({"--max-depth", "100000", dir / "e.json"}).status == 2);
   CHECK(check({"--max-depth", "100001", dir / "e.json"}).status == 2);  // beyond the option's range: misuse
 
-  hardening::write_text(dir / "m.json", update + R"("ranks": [{"microbatches": [[1], [], [2]]}, {"targets": [3]}]})");
+  hardening::write_text(dir / "m.json", opening + R"("ranks": [{"microbatches": [[1], [], [2]]}, {"targets": [3]}]})");
   CHECK(check({"--max-microbatches", "3", dir / "m.json"}).status == 2);
   CHECK(check({"--max-microbatches", "4", dir / "m.json"}).status == 0);
   hardening::write_text(dir / "x.json", prefix + R"("1e-1000"]}]})");  // two sums of about 1,000 digits
@@ -279,7 +267,7 @@ TEST_CASE("an unreadable file is reported and the others still checked") {
   process_result result;
   if (::geteuid() == 0) {
     // root reads any file: run the check as an ordinary user instead, with copies it can reach.
-    std::filesystem::copy_file(normcheck, dir / "normcheck");
+    std::filesystem::copy_file(hardening::normcheck_executable, dir / "normcheck");
     std::filesystem::copy_file(good_case, dir / "good.json");
     const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") + " check " +
                                 locked + " " + (dir / "good.json") + " > " + (dir / "out.txt") + " 2>&1; echo $? > " +
@@ -306,7 +294,7 @@ TEST_CASE("an unreadable subdirectory is reported, not skipped") {
   process_result result;
   if (::geteuid() == 0) {
     // root enters any directory: run the check as an ordinary user instead.
-    std::filesystem::copy_file(normcheck, dir / "normcheck");
+    std::filesystem::copy_file(hardening::normcheck_executable, dir / "normcheck");
     const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") + " check " +
                                 (dir / "cases") + " > " + (dir / "out.txt") + " 2>&1; echo $? > " + (dir / "status.txt");
     REQUIRE(std::system(command.c_str()) == 0);

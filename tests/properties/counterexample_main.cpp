@@ -27,8 +27,6 @@ int usage() {
   return 2;
 }
 
-std::string show(const std::optional<rational>& value) { return value ? to_string(*value) : std::string("undefined"); }
-
 // The failing claim's tokens with the values the library computes, and a description that says what is wrong.
 std::string documented(const normalization_under_test& n, const claim& failing) {
   const partition update = to_partition(failing.tokens);

@@ -35,10 +35,6 @@ std::size_t common_accumulation(const grouped_update& update) {
   return g;
 }
 
-strategy correct_for(reducer_kind reducer) {
-  return reducer == reducer_kind::mean ? strategy::scaled_sum : strategy::global_share;
-}
-
 // The witness's derivative sum of a group: n·θ − n(n+1)/2 (its j-th valid token has the value j).
 rational witness_sum(const group_tokens& g, const rational& theta) {
   const rational n{g.valid_tokens()};
@@ -403,7 +399,8 @@ std::vector<std::string> names_of(const std::vector<explanation>& list) {
   return out;
 }
 
-std::string joined(const std::vector<std::string>& names) {
+// The names separated by commas, or "none".
+std::string listed(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
   return out.empty() ? "none" : out;
@@ -521,7 +518,7 @@ void judge(const grouped_update& update, fit_claim& c, bool witness) {
   if (!equal) {
     if (r.verdict != gate_verdict::fail) c.failures.push_back("the gate says " + verdict + " where the table differs from the objective's");
     if (!denoting(r.diagnosis, c.formula.delivered))
-      c.failures.push_back("no name of the diagnosis (" + joined(names_of(r.diagnosis)) + ") means the planted table");
+      c.failures.push_back("no name of the diagnosis (" + listed(names_of(r.diagnosis)) + ") means the planted table");
     if (exact)
       for (const explanation& e : r.diagnosis)
         if (!denotes(update, e.name, c.formula.delivered, witness))
@@ -541,13 +538,14 @@ void judge(const grouped_update& update, fit_claim& c, bool witness) {
     return;
   }
   if (r.verdict == gate_verdict::fail)
-    c.failures.push_back("the gate fails a table equal to the objective's (diagnosis: " + joined(names_of(r.diagnosis)) + ")");
+    c.failures.push_back("the gate fails a table equal to the objective's (diagnosis: " +
+                         listed(names_of(r.diagnosis)) + ")");
   if (c.formula.plain && !c.formula.correct) {
     if (r.verdict != gate_verdict::inconclusive)
       c.failures.push_back("the gate says " + verdict + " where " + c.formula.name +
                            ", a mistake it knows, has the objective's table on this update");
     if (!denoting(r.could_hide, c.formula.delivered))
-      c.failures.push_back("no name of could_hide (" + joined(names_of(r.could_hide)) + ") means the planted table");
+      c.failures.push_back("no name of could_hide (" + listed(names_of(r.could_hide)) + ") means the planted table");
   }
   if (exact)
     for (const explanation& e : r.could_hide)
@@ -598,8 +596,9 @@ void require_fit_claims(std::string_view law_name, const grouped_update& update,
     report << "\nclaim " << i + 1 << " of " << claims.size() << (c.failures.empty() ? " (holds)" : " (DOES NOT HOLD)")
            << ": " << c.about << "\n";
     if (c.result)
-      report << "  the gate: " << verdict_name(c.result->verdict) << "; diagnosis " << joined(names_of(c.result->diagnosis))
-             << "; could_hide " << joined(names_of(c.result->could_hide)) << "\n";
+      report << "  the gate: " << verdict_name(c.result->verdict) << "; diagnosis "
+             << listed(names_of(c.result->diagnosis)) << "; could_hide " << listed(names_of(c.result->could_hide))
+             << "\n";
     for (const std::string& f : c.failures) report << "  " << f << "\n";
     report << document;
     if (!c.failures.empty()) found.failing_documents.push_back(document);

@@ -14,16 +14,7 @@ namespace normcheck::properties {
 
 namespace {
 
-grouped_counterexample last;
-
-std::string show(const std::optional<rational>& value) { return value ? to_string(*value) : std::string("undefined"); }
-
-std::string name_of(strategy s) { return std::string(strategy_name(s)); }
-
-// The correct strategy for the reducer.
-strategy correct_for(reducer_kind reducer) {
-  return reducer == reducer_kind::mean ? strategy::scaled_sum : strategy::global_share;
-}
+grouped_counterexample last_grouped;
 
 // What an implementation delivers, or the error it rejects the update with.
 struct outcome {
@@ -157,7 +148,7 @@ bool replayable(const grouped_claim& c, const std::vector<std::string>& failures
     }
   }
   found.report = report.str();
-  last = found;
+  last_grouped = found;
   throw rc::detail::CaseResult(rc::detail::CaseResult::Type::Failure, found.report);
 }
 
@@ -237,9 +228,9 @@ implementation zero_for_no_tokens() {
           }};
 }
 
-const grouped_counterexample& last_grouped_counterexample() { return last; }
+const grouped_counterexample& last_grouped_counterexample() { return last_grouped; }
 
-void forget_grouped_counterexample() { last = grouped_counterexample{}; }
+void forget_grouped_counterexample() { last_grouped = grouped_counterexample{}; }
 
 void require_grouped_claims(std::string_view law_name, const std::vector<grouped_claim>& claims) {
   std::vector<std::string> documents;

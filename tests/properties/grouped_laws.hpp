@@ -92,4 +92,7 @@ law grouped_all_empty_rejection(objective_kind objective, const implementation& 
 /// Law: a written document reads back as the update: the same groups, counts, sums and gradients.
 law grouped_round_trip(objective_kind objective);
 
+/// " under <objective>": the words a grouped law's test name gives its objective.
+inline std::string under(objective_kind objective) { return " under " + std::string(objective_name(objective)); }
+
 }  // namespace normcheck::properties

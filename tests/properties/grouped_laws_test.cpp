@@ -12,8 +12,6 @@ using namespace normcheck::properties;
 
 namespace {
 
-std::string under(objective_kind objective) { return " under " + std::string(objective_name(objective)); }
-
 void partition_invariance_under(objective_kind objective) {
   check_costly_law("partition invariance" + under(objective) + ": global_mean and the compensation equal the objective's "
                    "gradient and do not change when its tokens (or whole sequences) are dealt afresh to any number of "

@@ -16,10 +16,6 @@ namespace {
 
 counterexample last;
 
-std::string show(const std::optional<rational>& value) { return value ? to_string(*value) : std::string("undefined"); }
-
-std::string name_of(strategy s) { return std::string(strategy_name(s)); }
-
 rational as_rational(std::uint64_t n) {
   rational value{n};
   return value;

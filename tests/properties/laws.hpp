@@ -8,6 +8,7 @@
 
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/gradients.hpp"
+#include "normcheck/core/rational.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 #include "normcheck/documents/partition_writer.hpp"
 
@@ -20,6 +21,20 @@
 #include <vector>
 
 namespace normcheck::properties {
+
+/// A value as the laws' reports write it: its canonical text, or "undefined".
+inline std::string show(const std::optional<rational>& value) {
+  return value ? to_string(*value) : std::string("undefined");
+}
+
+/// A strategy's name, as a string to build a report with.
+inline std::string name_of(strategy s) { return std::string(strategy_name(s)); }
+
+/// The correct strategy for the reducer: scaled_sum (W·Sᵣ/N) under the mean reducer, global_share (Sᵣ/N)
+/// under the sum reducer.
+inline strategy correct_for(reducer_kind reducer) {
+  return reducer == reducer_kind::mean ? strategy::scaled_sum : strategy::global_share;
+}
 
 /// A normalization under test: the strategy whose gradient is taken under each reducer.
 struct normalization_under_test {

@@ -153,8 +153,6 @@ void require_grouped_counterexample(const std::string& name, const law& property
   CHECK(replayed == any_replayable);
 }
 
-std::string under(objective_kind objective) { return " under " + std::string(objective_name(objective)); }
-
 const std::vector<objective_kind> sequence_objectives{objective_kind::sequence_mean, objective_kind::sequence_sum_mean};
 const std::vector<objective_kind> not_token_mean{objective_kind::weighted_token_mean, objective_kind::sequence_mean,
                                                  objective_kind::sequence_sum_mean, objective_kind::constant};

@@ -42,7 +42,8 @@ bool has_note(const trace_problem& problem, const std::string& text) {
                      [&](const std::string& note) { return note.find(text) != std::string::npos; });
 }
 
-error rejection(const std::string& text) {
+// The error the trace `text` is rejected with.
+error trace_error(const std::string& text) {
   try {
     collective_trace trace;
     trace.add_text(text, "t.jsonl");
@@ -223,22 +224,22 @@ TEST_CASE("group and reduce op must match") {
 
 TEST_CASE("an inconsistent or broken trace is rejected at its line") {
   SUBCASE("a lost line") {
-    const error e = rejection(call(0, 1, 0, "a") + call(0, 1, 2, "b"));
+    const error e = trace_error(call(0, 1, 0, "a") + call(0, 1, 2, "b"));
     CHECK(e.code() == error_code::schema_error);
     CHECK(e.message().find("seq jumps from 0 to 2") != std::string::npos);
     REQUIRE(e.where());
     CHECK(e.where()->line == 2);
   }
   SUBCASE("a repeated seq") {
-    const error e = rejection(call(0, 1, 0, "a") + call(0, 1, 0, "b"));
+    const error e = trace_error(call(0, 1, 0, "a") + call(0, 1, 0, "b"));
     CHECK(e.message().find("has seq 0 twice") != std::string::npos);
   }
   SUBCASE("a step going back") {
-    const error e = rejection(call(0, 2, 0, "a") + call(0, 1, 1, "b"));
+    const error e = trace_error(call(0, 2, 0, "a") + call(0, 1, 1, "b"));
     CHECK(e.message().find("step goes back from 2 to 1") != std::string::npos);
   }
   SUBCASE("a broken line") {
-    const error e = rejection(call(0, 1, 0, "a") + "\n{\"rank\": 0, \"step\": 1,,\n");
+    const error e = trace_error(call(0, 1, 0, "a") + "\n{\"rank\": 0, \"step\": 1,,\n");
     CHECK(e.code() == error_code::parse_error);
     REQUIRE(e.where());
     CHECK(e.where()->file == "t.jsonl");
@@ -246,15 +247,15 @@ TEST_CASE("an inconsistent or broken trace is rejected at its line") {
     CHECK(e.where()->column == 23);
   }
   SUBCASE("an unknown key") {
-    const error e = rejection("{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"barrier\", \"time\": 3}");
+    const error e = trace_error("{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"barrier\", \"time\": 3}");
     CHECK(e.message().find("unknown key \"time\"") != std::string::npos);
   }
   SUBCASE("a missing field") {
-    const error e = rejection("{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"all_reduce\", \"tensor\": \"g\"}");
+    const error e = trace_error("{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"all_reduce\", \"tensor\": \"g\"}");
     CHECK(e.message().find("missing shape, dtype") != std::string::npos);
   }
   SUBCASE("a fractional rank") {
-    const error e = rejection("{\"rank\": 0.5, \"step\": 1, \"seq\": 0, \"op\": \"barrier\"}");
+    const error e = trace_error("{\"rank\": 0.5, \"step\": 1, \"seq\": 0, \"op\": \"barrier\"}");
     CHECK(e.message().find("rank must be a non-negative integer, found 1/2") != std::string::npos);
   }
   SUBCASE("a rank beyond the given W") {

@@ -11,10 +11,9 @@
 #include <functional>
 
 using namespace normcheck;
+using normcheck::testing::q;
 
 namespace {
-
-rational q(const char* text) { return read_number(text, literal_form::json_string); }
 
 // A small exact value, zero and negatives included.
 rational any_small() {

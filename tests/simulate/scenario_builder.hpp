@@ -1,6 +1,7 @@
 #pragma once
 // Building scenarios in code for the tests: tokens become the moments the reader would compute.
 
+#include "normcheck/core/rational.hpp"
 #include "normcheck/documents/scenario.hpp"
 
 #include <optional>
@@ -8,6 +9,10 @@
 #include <vector>
 
 namespace normcheck::testing {
+
+/// The exact value of a literal as a scenario writes it in a JSON string ("1/10", "9/10"), read through
+/// the library's one door.
+inline rational q(const char* text) { return read_number(text, literal_form::json_string); }
 
 /// A scalar-model microbatch from target values (nullopt: padding).
 inline microbatch_moments scalar_microbatch(const std::vector<std::optional<rational>>& targets) {

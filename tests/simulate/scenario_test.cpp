@@ -1,5 +1,7 @@
 // Reading normcheck-scenario/1: what is accepted, and each rejection's code and place.
 
+#include "scenario_builder.hpp"
+
 #include "normcheck/core/errors.hpp"
 #include "normcheck/documents/scenario.hpp"
 
@@ -8,10 +10,9 @@
 #include <string>
 
 using namespace normcheck;
+using normcheck::testing::q;
 
 namespace {
-
-rational q(const char* text) { return read_number(text, literal_form::json_string); }
 
 // A valid two-rank scenario with `extra` members inserted after the format.
 std::string document(const std::string& extra, const std::string& steps = R"([{"ranks": [{"targets": [0]}, {"targets": [2, 2, 2]}]}])") {

@@ -9,11 +9,10 @@
 #include <doctest/doctest.h>
 
 using namespace normcheck;
+using normcheck::testing::q;
 using normcheck::testing::scalar_scenario;
 
 namespace {
-
-rational q(const char* text) { return read_number(text, literal_form::json_string); }
 
 // The worked example: rank 0 holds the target 0, rank 1 the targets 2, 2, 2.
 const std::vector<std::vector<rational>> worked{{rational(0)}, {rational(2), rational(2), rational(2)}};

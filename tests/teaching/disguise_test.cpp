@@ -11,7 +11,7 @@ using normcheck::rational;
 
 namespace {
 
-rational number(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
+rational parameter(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
 
 // One optimizer written out step by step: g = slope·(x − optimum), clipped to [−c, c], plus λ·x,
 // into a heavy-ball buffer (b = d on the first step), then x ← x − η·b.
@@ -138,16 +138,16 @@ TEST_CASE("the built-in disguise parts first at the asserted steps") {
 
 TEST_CASE("the disguise parameters come through the one door") {
   const normcheck::disguise_parameters p = normcheck::default_disguise_parameters();
-  CHECK(p.learning_rate == number("1/10"));
-  CHECK(p.weight_decay == number("1/10"));
-  CHECK(p.momentum == number("9/10"));
+  CHECK(p.learning_rate == parameter("1/10"));
+  CHECK(p.weight_decay == parameter("1/10"));
+  CHECK(p.momentum == parameter("9/10"));
   CHECK(p.steps == 8);
 }
 
 TEST_CASE("a disguise under the mean reducer away from zero parts at step 1 with weight decay") {
   const normcheck::token_layout tokens{{{normcheck::token{1}}}, {{normcheck::token{4}, normcheck::token{4}}},
                                       {{normcheck::token{-2}, std::nullopt, normcheck::token{5}}}};
-  const rational theta = number("1/2");
+  const rational theta = parameter("1/2");
   const normcheck::demo_input input = normcheck::example_input(tokens, theta, normcheck::reducer_kind::mean);
   const normcheck::disguise_facts facts = normcheck::compute_disguise(input, normcheck::default_disguise_parameters());
   CHECK(facts.mistake == normcheck::strategy::local_sum);

@@ -13,7 +13,7 @@ using normcheck::render_html;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool html_has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 demo_document sample() {
   demo_document d;
@@ -32,20 +32,21 @@ demo_document sample() {
 TEST_CASE("a demo document becomes an article with every text escaped") {
   const std::string html = render_html(sample(), {"demo-id", "<p>lead</p>\n", {}});
   CHECK(html.rfind("<article id=\"demo-id\" class=\"demo\" aria-labelledby=\"demo-id-title\">", 0) == 0);
-  CHECK(contains(html, "<h2 id=\"demo-id-title\">Title &lt;with&gt; &amp; &quot;quotes&quot; and &apos;apostrophes&apos;</h2>\n<p>lead</p>"));
-  CHECK(contains(html, "<h3 id=\"demo-id-1\">First &lt;section&gt;</h3>"));
-  CHECK(contains(html, "<h3 id=\"demo-id-2\">Second</h3>"));
-  CHECK(contains(html, "<p>a &lt; b &amp; c &gt; d, see <code>normcheck demo &lt;x&gt;</code> for -3/2</p>"));
-  CHECK(contains(html, "<pre class=\"display\">∇L = (0 + (-6)) / 4 = -3/2\nx &lt; y &amp;&amp; z</pre>"));
-  CHECK(contains(html, "<th scope=\"col\">rank</th><th scope=\"col\">Sᵣ/nᵣ</th><th scope=\"col\">a&quot;b</th>"));
-  CHECK(contains(html, "<tr><td>0</td><td>1/2</td><td>&lt;td&gt;</td></tr>"));
-  CHECK(contains(html, "<tr><td>1</td><td>1/4</td><td>&amp;amp;</td></tr>"));
-  CHECK(contains(html, "<p>an unpaired ` backtick</p>"));
+  CHECK(html_has(html, "<h2 id=\"demo-id-title\">Title &lt;with&gt; &amp; &quot;quotes&quot; and "
+                       "&apos;apostrophes&apos;</h2>\n<p>lead</p>"));
+  CHECK(html_has(html, "<h3 id=\"demo-id-1\">First &lt;section&gt;</h3>"));
+  CHECK(html_has(html, "<h3 id=\"demo-id-2\">Second</h3>"));
+  CHECK(html_has(html, "<p>a &lt; b &amp; c &gt; d, see <code>normcheck demo &lt;x&gt;</code> for -3/2</p>"));
+  CHECK(html_has(html, "<pre class=\"display\">∇L = (0 + (-6)) / 4 = -3/2\nx &lt; y &amp;&amp; z</pre>"));
+  CHECK(html_has(html, "<th scope=\"col\">rank</th><th scope=\"col\">Sᵣ/nᵣ</th><th scope=\"col\">a&quot;b</th>"));
+  CHECK(html_has(html, "<tr><td>0</td><td>1/2</td><td>&lt;td&gt;</td></tr>"));
+  CHECK(html_has(html, "<tr><td>1</td><td>1/4</td><td>&amp;amp;</td></tr>"));
+  CHECK(html_has(html, "<p>an unpaired ` backtick</p>"));
   // Wide blocks scroll in their own focusable region, named after their section.
-  CHECK(contains(html, "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-label=\"Table: Second\"><table>"));
-  CHECK(contains(html, "aria-label=\"Algebra: First &lt;section&gt;\"><pre"));
-  CHECK_FALSE(contains(html, "http"));
-  CHECK_FALSE(contains(html, "<td>\"<"));
+  CHECK(html_has(html, "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-label=\"Table: Second\"><table>"));
+  CHECK(html_has(html, "aria-label=\"Algebra: First &lt;section&gt;\"><pre"));
+  CHECK_FALSE(html_has(html, "http"));
+  CHECK_FALSE(html_has(html, "<td>\"<"));
 }
 
 TEST_CASE("inserts follow their section, and one past the last section ends the article") {

@@ -11,7 +11,7 @@ using normcheck::rational;
 
 namespace {
 
-rational number(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
+rational lab_value(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
 
 std::string joined(const normcheck::lab_reply& reply) {
   std::string out;
@@ -29,13 +29,13 @@ TEST_CASE("the lab reproduces the lesson exactly") {
   const normcheck::lab_reply first = lab.execute("step");
   CHECK(first.status == lab_status::done);
   CHECK(joined(first) == "x1 = 9/5 (≈ 1.8)\n");
-  CHECK(*lab.state().position == number("1.8"));
+  CHECK(*lab.state().position == lab_value("1.8"));
 
   lab.execute("reset");
   lab.execute("set lr 0.2");
   lab.execute("set x 2");
   CHECK(joined(lab.execute("step")) == "x1 = 8/5 (≈ 1.6)\n");
-  CHECK(*lab.state().position == number("1.6"));
+  CHECK(*lab.state().position == lab_value("1.6"));
 }
 
 TEST_CASE("stepping before lr and x are set is refused and names what to set") {
@@ -154,7 +154,7 @@ TEST_CASE("help and the banner say what the instrument does not have") {
 }
 
 TEST_CASE("the lab's gradient is the library's gradient of x squared over 2") {
-  CHECK(normcheck::lab_gradient(number("9/5")) == number("9/5"));
+  CHECK(normcheck::lab_gradient(lab_value("9/5")) == lab_value("9/5"));
   CHECK(rc::check("the gradient of x squared over 2 is x", [](int n, int d) {
     const rational x = rational(n) / rational(d == 0 ? 1 : d);
     RC_ASSERT(normcheck::lab_gradient(x) == x);
@@ -168,7 +168,7 @@ TEST_CASE("a step is x minus lr times x") {
     RC_ASSERT(lab.set_learning_rate(lr).status == lab_status::done);
     RC_ASSERT(lab.set_position(std::to_string(xn)).status == lab_status::done);
     lab.step(1);
-    const rational eta = number(lr);
+    const rational eta = lab_value(lr);
     const rational x0(xn);
     RC_ASSERT(*lab.state().position == x0 - eta * x0);
   }));

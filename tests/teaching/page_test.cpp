@@ -19,7 +19,7 @@ using normcheck::teaching_page;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool page_has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::size_t occurrences(const std::string& text, const std::string& part) {
   std::size_t count = 0;
@@ -66,11 +66,11 @@ TEST_CASE("the page refers to nothing outside itself") {
   const std::string& page = builtin_page();
   CHECK(page.rfind("<!DOCTYPE html>\n<html lang=\"en\">", 0) == 0);
   for (const char* external : {"http://", "https://", " src=", "<link", "@import", "<img", "<iframe", "<?xml"})
-    CHECK_MESSAGE(!contains(page, external), external);
+    CHECK_MESSAGE(!page_has(page, external), external);
   CHECK(occurrences(page, "<script") == 2);
   CHECK(occurrences(page, "<script>") == 1);
   CHECK(occurrences(page, "<script type=\"application/json\" id=\"lab-data\">") == 1);
-  CHECK(contains(page, "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"));
+  CHECK(page_has(page, "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"));
   // Links stay on the page.
   const std::regex href("href=\"([^\"]*)\"");
   for (auto it = std::sregex_iterator(page.begin(), page.end(), href); it != std::sregex_iterator(); ++it)
@@ -83,7 +83,7 @@ TEST_CASE("every text and number of every demo is on the page") {
     const normcheck::demo_output output = normcheck::run_demo(info.name, std::nullopt, false);
     for (const std::string& text : shown_texts(output.document)) {
       CAPTURE(info.name);
-      CHECK_MESSAGE(contains(page, text), text);
+      CHECK_MESSAGE(page_has(page, text), text);
     }
   }
 }
@@ -96,20 +96,20 @@ TEST_CASE("the derivation's numbers are marked with the facts they are") {
                            "data-fact=\"share-local-means-0\" value=\"1/2\">", "data-fact=\"share-objective-0\" value=\"1/4\">",
                            "data-fact=\"compensated\" value=\"-3/2\">", "data-fact=\"empty-local-means\" data-undefined",
                            "data-fact=\"all-empty\">no_valid_tokens</span>"})
-    CHECK_MESSAGE(contains(page, fact), fact);
+    CHECK_MESSAGE(page_has(page, fact), fact);
 }
 
 TEST_CASE("both figures are inline images with a text alternative from the data") {
   const std::string& page = builtin_page();
   for (const char* id : {"derivation-figure", "disguise-figure"}) {
     const std::string name(id);
-    CHECK(contains(page, "<svg role=\"img\" aria-labelledby=\"" + name + "-title " + name + "-desc\" width="));
-    CHECK(contains(page, "<title id=\"" + name + "-title\">"));
-    CHECK(contains(page, "<desc id=\"" + name + "-desc\">"));
+    CHECK(page_has(page, "<svg role=\"img\" aria-labelledby=\"" + name + "-title " + name + "-desc\" width="));
+    CHECK(page_has(page, "<title id=\"" + name + "-title\">"));
+    CHECK(page_has(page, "<desc id=\"" + name + "-desc\">"));
   }
-  CHECK(contains(page, "rank 0 (1 valid token) 1/2 versus 1/4; rank 1 (3 valid tokens) 1/2 versus 3/4."));
-  CHECK(contains(page, "weight decay: they part at step 2, where A − B = 1/100 (≈ 0.01)."));
-  CHECK(contains(page, "plain SGD: A and B agree at every step."));
+  CHECK(page_has(page, "rank 0 (1 valid token) 1/2 versus 1/4; rank 1 (3 valid tokens) 1/2 versus 3/4."));
+  CHECK(page_has(page, "weight decay: they part at step 2, where A − B = 1/100 (≈ 0.01)."));
+  CHECK(page_has(page, "plain SGD: A and B agree at every step."));
 }
 
 TEST_CASE("the lab's data holds every message, the help, the limits and the literal reader's failures") {
@@ -150,10 +150,10 @@ TEST_CASE("the page on a user's partition shows that partition's numbers") {
                                                                normcheck::rational(1, 2), normcheck::reducer_kind::mean,
                                                                "a <test> partition");
   const std::string page = teaching_page(input);
-  CHECK(contains(page, "on a &lt;test&gt; partition."));
+  CHECK(page_has(page, "on a &lt;test&gt; partition."));
   const normcheck::derivation_facts facts = normcheck::compute_derivation(input);
-  CHECK(contains(page, "data-fact=\"objective\" value=\"" + normcheck::to_string(facts.objective) + "\""));
-  CHECK(contains(page, "data-fact=\"theta\" value=\"1/2\""));
+  CHECK(page_has(page, "data-fact=\"objective\" value=\"" + normcheck::to_string(facts.objective) + "\""));
+  CHECK(page_has(page, "data-fact=\"theta\" value=\"1/2\""));
   CHECK(facts.objective != normcheck::compute_derivation(normcheck::builtin_input("derivation")).objective);
 }
 
@@ -178,5 +178,5 @@ TEST_CASE("every id on the page is unique and every reference names one") {
   }
   CHECK(references > 20);
   for (const char* control : {"lab-lr", "lab-x", "lab-predict", "lab-steps", "lab-command"})
-    CHECK(contains(page, "<label for=\"" + std::string(control) + "\">"));
+    CHECK(page_has(page, "<label for=\"" + std::string(control) + "\">"));
 }

@@ -11,7 +11,9 @@ using normcheck::rational;
 
 namespace {
 
-rational number(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
+rational coordinate(std::string_view text) {
+  return normcheck::read_number(text, normcheck::literal_form::json_string);
+}
 
 std::size_t count(const std::string& text, std::string_view part) {
   std::size_t n = 0;
@@ -24,18 +26,18 @@ std::size_t count(const std::string& text, std::string_view part) {
 TEST_CASE("svg_number rounds to two decimals, halves away from zero") {
   CHECK(normcheck::svg_number(0) == "0");
   CHECK(normcheck::svg_number(100) == "100");
-  CHECK(normcheck::svg_number(number("12.5")) == "12.5");
-  CHECK(normcheck::svg_number(number("1/3")) == "0.33");
-  CHECK(normcheck::svg_number(number("2/3")) == "0.67");
-  CHECK(normcheck::svg_number(number("1/200")) == "0.01");
-  CHECK(normcheck::svg_number(number("-1/200")) == "-0.01");
-  CHECK(normcheck::svg_number(number("-1/1000")) == "0");
-  CHECK(normcheck::svg_number(number("-7.05")) == "-7.05");
-  CHECK(normcheck::svg_number(number("0.999")) == "1");
+  CHECK(normcheck::svg_number(coordinate("12.5")) == "12.5");
+  CHECK(normcheck::svg_number(coordinate("1/3")) == "0.33");
+  CHECK(normcheck::svg_number(coordinate("2/3")) == "0.67");
+  CHECK(normcheck::svg_number(coordinate("1/200")) == "0.01");
+  CHECK(normcheck::svg_number(coordinate("-1/200")) == "-0.01");
+  CHECK(normcheck::svg_number(coordinate("-1/1000")) == "0");
+  CHECK(normcheck::svg_number(coordinate("-7.05")) == "-7.05");
+  CHECK(normcheck::svg_number(coordinate("0.999")) == "1");
 }
 
 TEST_CASE("linear_scale maps the ends and the middle") {
-  const normcheck::linear_scale scale(number("-1"), number("3"), 200, 0);
+  const normcheck::linear_scale scale(coordinate("-1"), coordinate("3"), 200, 0);
   CHECK(scale(-1) == 200);
   CHECK(scale(3) == 0);
   CHECK(scale(1) == 100);
@@ -47,7 +49,7 @@ TEST_CASE("a canvas is a complete SVG document on a white background") {
   normcheck::svg_canvas canvas(100, 50, "a <title>");
   canvas.rect(1, 2, 3, 4, "#ff0000");
   canvas.line(0, 0, 10, 10, "#00ff00", 2, true);
-  canvas.polyline({{0, 0}, {number("1/3"), 5}}, "#0000ff", 1);
+  canvas.polyline({{0, 0}, {coordinate("1/3"), 5}}, "#0000ff", 1);
   canvas.circle(5, 5, 1, "#000000");
   canvas.text(1, 1, "x < y", 10, normcheck::text_anchor::middle);
   const std::string svg = canvas.str();

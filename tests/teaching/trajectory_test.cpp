@@ -10,13 +10,13 @@ using normcheck::rational;
 
 namespace {
 
-rational number(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
+rational exact(std::string_view text) { return normcheck::read_number(text, normcheck::literal_form::json_string); }
 
 rational identity(const rational& x) { return x; }
 
 normcheck::optimizer_settings plain(std::string_view learning_rate) {
   normcheck::optimizer_settings settings;
-  settings.learning_rate = number(learning_rate);
+  settings.learning_rate = exact(learning_rate);
   return settings;
 }
 
@@ -32,17 +32,17 @@ TEST_CASE("plain descent on x squared over 2 takes the lesson's two steps") {
   const std::vector<rational> fast = normcheck::trajectory(identity, 2, plain("0.2"), 1);
   REQUIRE(slow.size() == 2);
   CHECK(slow[0] == 2);
-  CHECK(slow[1] == number("9/5"));
-  CHECK(fast[1] == number("8/5"));
+  CHECK(slow[1] == exact("9/5"));
+  CHECK(fast[1] == exact("8/5"));
 }
 
 TEST_CASE("clipping by value clamps the gradient to the threshold") {
   normcheck::optimizer_settings settings;
-  settings.clip_value = number("3/2");
-  CHECK(normcheck::clip_gradient(3, settings) == number("3/2"));
-  CHECK(normcheck::clip_gradient(-3, settings) == number("-3/2"));
-  CHECK(normcheck::clip_gradient(number("1/2"), settings) == number("1/2"));
-  CHECK(normcheck::clip_gradient(number("3/2"), settings) == number("3/2"));
+  settings.clip_value = exact("3/2");
+  CHECK(normcheck::clip_gradient(3, settings) == exact("3/2"));
+  CHECK(normcheck::clip_gradient(-3, settings) == exact("-3/2"));
+  CHECK(normcheck::clip_gradient(exact("1/2"), settings) == exact("1/2"));
+  CHECK(normcheck::clip_gradient(exact("3/2"), settings) == exact("3/2"));
   CHECK(normcheck::clip_gradient(0, settings) == 0);
 }
 
@@ -50,29 +50,29 @@ TEST_CASE("clipping by norm scales a large gradient down to the threshold") {
   normcheck::optimizer_settings settings;
   settings.clip_norm = 2;
   CHECK(normcheck::clip_gradient(-5, settings) == -2);
-  CHECK(normcheck::clip_gradient(number("7/3"), settings) == 2);
-  CHECK(normcheck::clip_gradient(number("-1/3"), settings) == number("-1/3"));
+  CHECK(normcheck::clip_gradient(exact("7/3"), settings) == 2);
+  CHECK(normcheck::clip_gradient(exact("-1/3"), settings) == exact("-1/3"));
   settings.clip_norm = 0;
-  CHECK(normcheck::clip_gradient(number("1/3"), settings) == 0);
+  CHECK(normcheck::clip_gradient(exact("1/3"), settings) == 0);
   CHECK(normcheck::clip_gradient(0, settings) == 0);
 }
 
 TEST_CASE("weight decay adds lambda times x to the gradient") {
   normcheck::optimizer_settings settings = plain("1/2");
-  settings.weight_decay = number("1/2");
+  settings.weight_decay = exact("1/2");
   const std::vector<rational> path = normcheck::trajectory([](const rational&) { return rational(0); }, 1, settings, 2);
-  CHECK(path[1] == number("3/4"));
-  CHECK(path[2] == number("9/16"));
+  CHECK(path[1] == exact("3/4"));
+  CHECK(path[2] == exact("9/16"));
 }
 
 TEST_CASE("the momentum buffer starts with the first gradient") {
   normcheck::optimizer_settings settings = plain("1/2");
-  settings.momentum = number("1/2");
+  settings.momentum = exact("1/2");
   const std::vector<rational> path = normcheck::trajectory(identity, 1, settings, 3);
   // b1 = 1, x1 = 1/2; b2 = 1/2 + 1/2 = 1, x2 = 0; b3 = 1/2 + 0, x3 = -1/4.
-  CHECK(path[1] == number("1/2"));
+  CHECK(path[1] == exact("1/2"));
   CHECK(path[2] == 0);
-  CHECK(path[3] == number("-1/4"));
+  CHECK(path[3] == exact("-1/4"));
 }
 
 TEST_CASE("clipping happens before weight decay") {
@@ -108,7 +108,7 @@ TEST_CASE("first_parting finds the first difference and its gap") {
 TEST_CASE("describe names every feature that is on") {
   normcheck::optimizer_settings settings = plain("0.1");
   CHECK(normcheck::describe(settings) == "η = 1/10");
-  settings.momentum = number("0.9");
+  settings.momentum = exact("0.9");
   settings.clip_value = 2;
   const std::string text = normcheck::describe(settings);
   CHECK(text.find("μ = 9/10") != std::string::npos);
@@ -155,7 +155,7 @@ TEST_CASE("a wrong disguise that forgets to scale the rate parts at once") {
       normcheck::trajectory(scaled, 0, plain("0.1"), 3), normcheck::trajectory(correct, 0, plain("0.1"), 3));
   REQUIRE(parts);
   CHECK(parts->step == 1);
-  CHECK(parts->gap == number("0.3"));
+  CHECK(parts->gap == exact("0.3"));
 }
 
 TEST_CASE("laws of clipping in one dimension") {

@@ -16,7 +16,7 @@ namespace {
 using normcheck::max_count;
 
 // The oracle's width: 128 bits hold any sum of two 64-bit counts (__extension__: a GCC and Clang type).
-__extension__ using wide = unsigned __int128;
+__extension__ using uint128 = unsigned __int128;
 
 // A count drawn near the bounds that matter (0, 2^62, 2^63, 2^64) as often as anywhere.
 rc::Gen<std::uint64_t> counts_near_bounds() {
@@ -45,11 +45,11 @@ bool exact_or_rejected(const adder& add) {
   return rc::check("add_counts is exact up to 2^62 and limit_exceeded beyond", [&] {
     const std::uint64_t a = *counts_near_bounds();
     const std::uint64_t b = *counts_near_bounds();
-    const wide exact = static_cast<wide>(a) + b;
+    const uint128 exact = static_cast<uint128>(a) + b;
     const std::optional<std::uint64_t> got = outcome(add, a, b);
     if (exact <= max_count) {
       RC_ASSERT(got.has_value());
-      RC_ASSERT(static_cast<wide>(*got) == exact);
+      RC_ASSERT(static_cast<uint128>(*got) == exact);
     } else {
       RC_ASSERT(!got.has_value());
     }

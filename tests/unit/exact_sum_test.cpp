@@ -37,7 +37,7 @@ rational oracle(const std::vector<literal>& terms) {
   return total;
 }
 
-integer power(unsigned base, unsigned exponent) {
+integer integer_power(unsigned base, unsigned exponent) {
   integer value = boost::multiprecision::pow(integer(base), exponent);
   return value;
 }
@@ -67,7 +67,7 @@ TEST_CASE("decimal, hexadecimal and fractional literals sum to the sum of their 
 
 TEST_CASE("exponents far apart are summed exactly") {
   const std::vector<literal> terms{bare("1e-300"), bare("1e300")};
-  CHECK(summed(terms) == rational(power(10, 600) + 1, power(10, 300)));
+  CHECK(summed(terms) == rational(integer_power(10, 600) + 1, integer_power(10, 300)));
   CHECK(summed(terms) == oracle(terms));
   const std::vector<literal> reversed{bare("1e300"), bare("1e-300")};
   CHECK(summed(reversed) == summed(terms));
@@ -169,7 +169,7 @@ TEST_CASE("machine literals at every scale from -10000 to 10000 sum to the sum o
     REQUIRE(normcheck::scan_machine_literal(text, literal_form::json_number, limits, fast));
     sum.add(fast);
   }
-  const integer numerator = (power(10, 20001) - 1) / 9;
-  const rational expected = normcheck::fraction(numerator, power(10, 10000));
+  const integer numerator = (integer_power(10, 20001) - 1) / 9;
+  const rational expected = normcheck::fraction(numerator, integer_power(10, 10000));
   CHECK(sum.value() == expected);
 }

@@ -19,7 +19,7 @@ using normcheck::reducer_kind;
 using normcheck::strategy;
 using normcheck::token;
 
-rational ratio(long p, long q) { return rational(integer(p), integer(q)); }
+rational rational_of(long p, long q) { return rational(integer(p), integer(q)); }
 
 // The gradient as canonical text, or "undefined".
 std::string shown(const partition& p, strategy s) {
@@ -171,7 +171,7 @@ TEST_CASE("strategy names round-trip and each has a formula") {
 
 TEST_CASE("every computed gradient is canonical") {
   const partition p = normcheck::make_accumulated_partition({{{1}, {3, 5, std::nullopt}}, {{2, 6}}, {{7, 7, 7}}},
-                                                            ratio(1, 3));
+                                                            rational_of(1, 3));
   for (const std::optional<rational>& value : normcheck::compute_gradients(p)) {
     REQUIRE(value.has_value());
     CHECK(normcheck::is_canonical(*value));

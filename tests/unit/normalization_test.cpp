@@ -24,7 +24,7 @@ using normcheck::reducer_kind;
 using normcheck::strategy;
 using normcheck::token;
 
-rational ratio(long p, long q) { return rational(integer(p), integer(q)); }
+rational fraction_of(long p, long q) { return rational(integer(p), integer(q)); }
 
 // A sequence of valid tokens with the given targets.
 group_stats sequence(const std::vector<long>& targets) {
@@ -99,7 +99,7 @@ TEST_CASE("the report's strategies in sequence units") {
 
 TEST_CASE("the gradient, the totals and the delivered weights agree for every strategy and objective") {
   partition p = sequenced();
-  p.theta = ratio(1, 3);
+  p.theta = fraction_of(1, 3);
   p.normalizer = 7;
   for (objective_kind objective : {objective_kind::token_mean, objective_kind::sequence_mean,
                                    objective_kind::sequence_sum_mean, objective_kind::constant}) {
