@@ -15,6 +15,8 @@ Run by the virtual environment of .ci/setup --tests (it has torch, pytest and th
    that fails through run_check, its extension normcheck._core gives every file under cases/ the very
    report the executable gives (with and without --require-gate, by path and as text), and the project's
    own pytest runs beside the installed package;
+   then `pip wheel` with the same build folder reuses that build, and the wheel installs into a fresh
+   environment with nothing fetched and nothing built, where 3 holds too;
 4. build an sdist from the read-only copy, check what it holds, unpack it into DIR/sdist/tree as pip
    would, and do 2 and 3 again from there (building in DIR/sdist/build: with ccache installed, the
    same relative paths make this second build reuse the first's objects);
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import time
 
 STEP_TIMEOUT = 2400  # one build of the executable: minutes, many more on a loaded machine
 
@@ -343,6 +346,23 @@ def main():
         print("pip install ./python: refused, pointing to the top folder", flush=True)
         install(python, checkout)
         check_installed(python, checkout, work, "checkout")
+
+        # 3b: the cluster's route. `pip wheel` with the same build-dir reuses the finished build, and the
+        # wheel installs into a fresh environment without building anything (--no-index: nothing fetched).
+        wheels = os.path.join(work, "wheels")
+        started = time.monotonic()
+        run([python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--config-settings",
+             f"build-dir={os.path.join(work, 'checkout', 'build')}", "--wheel-dir", wheels, checkout],
+            with_stderr=True, env=pip_environment, cwd=work)
+        built = time.monotonic() - started
+        [wheel] = [os.path.join(wheels, n) for n in os.listdir(wheels) if n.endswith(".whl")]
+        python = fresh_venv(os.path.join(work, "wheel-venv"))
+        started = time.monotonic()
+        run([python, "-m", "pip", "install", "--quiet", "--no-index", wheel], with_stderr=True, env=pip_environment,
+            cwd=work)
+        print(f"pip wheel reusing the build: {built:.1f} s; installing the wheel: {time.monotonic() - started:.1f} s",
+              flush=True)
+        check_installed(python, checkout, work, "wheel")
 
         # 4: from an sdist of the checkout.
         dist = os.path.join(work, "dist")
