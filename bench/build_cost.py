@@ -3,6 +3,8 @@ commits side by side.
 
     python3 bench/build_cost.py --before REV --after REV [--tests] [--jobs 2] [--repeats 1] [--output FILE]
 
+bench/BUILD_RESULTS.md holds the last figures.
+
 Each commit is checked out (git worktree, outside the checkout) once; each repeat configures a fresh build
 directory as the README's Quick start does (RelWithDebInfo, tests off; --tests: the `dev` preset's tests
 on) without ccache, builds the target `normcheck` (or everything) with --jobs, and records the build's wall
