@@ -21,12 +21,12 @@ std::vector<nearby_update> nearby_updates(const partition& update) {
   const std::uint64_t g = update.common_accumulation();
 
   std::uint64_t added = 0;
-  bool every_rank_accumulates = true;
+  bool every_rank_has_one = true;
   for (const rank_stats& rank : update.ranks) {
-    every_rank_accumulates = every_rank_accumulates && !rank.microbatches.empty();
+    every_rank_has_one = every_rank_has_one && !rank.microbatches.empty();
     if (!rank.microbatches.empty()) added = add_counts(added, positions_of(rank.microbatches.back()));
   }
-  if (every_rank_accumulates && room_for(update, added)) {
+  if (every_rank_has_one && room_for(update, added)) {
     partition more = update;
     for (rank_stats& rank : more.ranks) rank.microbatches.push_back(rank.microbatches.back());
     const bool equal = g > 1 && g == update.world_size();

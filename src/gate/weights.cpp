@@ -289,7 +289,7 @@ struct factor_label {
   std::string text;
   std::optional<std::uint64_t> window;  // k when the factor is G/k with k ≠ G
   factor_form form;
-  bool named = false;  // a form in W and G or a window, not a bare number
+  bool named = false;  // a form in W and G, not a window or a bare number
 };
 
 // The value of `form` on `update`, or nullopt where it is in G and the ranks accumulate differently.
@@ -342,7 +342,7 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
   if (g > 1) {
     const rational k = rational(g) / factor;
     if (denominator(k) == 1 && k > 0 && k != rational(g) && k <= 64)
-      return {{"×G/" + to_string(k), static_cast<std::uint64_t>(numerator(k)), {0, 1, 1 / k}, true}};
+      return {{"×G/" + to_string(k), static_cast<std::uint64_t>(numerator(k)), {0, 1, 1 / k}, false}};
   }
   const factor_form bare{0, 0, factor};
   if (denominator(factor) == 1) return {{"×" + to_string(factor), std::nullopt, bare, false}};
@@ -442,7 +442,7 @@ std::optional<candidate> geometric_fit(const candidate& base, const partition& u
 }
 
 // `base` times the simplest factor the observation suggests, if that accounts for every component: one
-// candidate for each name of the factor (`named_only`: only names in W, G or a window, not bare numbers).
+// candidate for each name of the factor (`named_only`: only names in W and G, not windows or bare numbers).
 std::vector<candidate> factor_fits(const candidate& base, const partition& update, const std::vector<group_facts>& facts,
                                    const measured& m, const group_bounds& bounds, std::optional<std::size_t> anchor,
                                    bool named_only = false) {
@@ -475,8 +475,7 @@ std::vector<candidate> factor_fits(const candidate& base, const partition& updat
     form.w += base.factor.w;
     form.g += base.factor.g;
     form.constant *= base.factor.constant;
-    const bool free = !label.named || label.window.has_value();
-    out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), free});
+    out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), !label.named});
   }
   return out;
 }
