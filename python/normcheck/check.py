@@ -133,6 +133,8 @@ class WeightRow:
     """The group's component as observed (exact)."""
     witness_agrees: bool = True
     """False when the witness shows the weight varies among the group's tokens."""
+    coords: Optional[Tuple[int, ...]] = None
+    """The rank's coordinates in the dump's device mesh, in the order of its dimensions; None without a mesh."""
 
 
 @dataclass(frozen=True)
@@ -408,6 +410,7 @@ def weight_table(weights: Any) -> Optional[WeightTable]:
         if not isinstance(row, dict):
             continue
         sequence = row.get("sequence")
+        coords = row.get("coords")
         rows.append(WeightRow(
             group=int(row.get("group", 0)), rank=int(row.get("rank", 0)), microbatch=int(row.get("microbatch", 0)),
             sequence=None if sequence is None else int(sequence), tokens=int(row.get("tokens", 0)),
@@ -415,7 +418,8 @@ def weight_table(weights: Any) -> Optional[WeightTable]:
             objective=str(row.get("objective", "")), objective_decimal=str(row.get("objective_decimal", "")),
             ratio=_optional(row.get("ratio")), ratio_decimal=_optional(row.get("ratio_decimal")),
             within_bound=bool(row.get("within_bound", False)), observed=str(row.get("observed", "")),
-            witness_agrees=bool(row.get("witness_agrees", True))))
+            witness_agrees=bool(row.get("witness_agrees", True)),
+            coords=tuple(int(c) for c in coords) if isinstance(coords, list) else None))
     return WeightTable(groups=int(weights.get("groups", len(rows))), rows=tuple(rows),
                        omitted=int(weights.get("omitted", 0) or 0))
 

@@ -74,6 +74,19 @@ def test_explanations_alike_on_this_dump_are_both_given_with_the_run_that_separa
             in str(raised.value))
 
 
+def test_a_mesh_dump_is_diagnosed_in_the_mesh_s_terms_and_its_rows_carry_coordinates(executable):
+    # dp 2 × cp 2, each rank's count reduced over dp only: the rows say where each rank sits in the mesh.
+    case = os.path.join(os.path.dirname(__file__), "..", "..", "cases", "mesh", "dp2_cp2_count_over_dp.json")
+    with pytest.raises(check.NormcheckFailure) as raised:
+        check.assert_passes(case, executable=executable)
+    verdict = raised.value.verdicts[0]
+    assert verdict.explanations == ("count_over_data_dims",)
+    assert "reduced over dp only, not over dp × cp" in verdict.details[0].computed
+    assert verdict.weights is not None
+    assert [row.coords for row in verdict.weights.rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert "rank 1 (dp 0, cp 1), mb 0" in str(raised.value)
+
+
 def test_a_correct_gradient_passes(tmp_path, executable):
     path = seed_example(tmp_path / "scaled_sum.json", [-1.5, -1.5], tokens_global=4, tokens_per_rank=[1, 3])
     verdicts = check.assert_passes(path, executable=executable)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace normcheck {
 
@@ -140,6 +141,32 @@ std::optional<rational> per_sequence_positions(const objective_units& units, con
   return c;
 }
 
+// The mesh's: where slices of the same sequences lie on the ranks of sequence dimensions, the count must be
+// reduced over every data and sequence dimension, once per token.
+
+bool sliced(const objective_units& units) { return units.update().mesh_extent(mesh_role::sequence) > 1; }
+
+std::optional<rational> quotient(const rational& numerator, const std::optional<rational>& count) {
+  if (!count || *count == 0) return std::nullopt;
+  rational c = numerator / *count;
+  return c;
+}
+
+std::optional<rational> over_data_dims_only(const objective_units& units, const group_ref& at) {
+  if (!sliced(units) || units.update().mesh_extent(mesh_role::data) < 2) return std::nullopt;
+  return quotient(reducer_compensation(units), units.over_data_dims(at.rank));
+}
+
+std::optional<rational> over_sequence_dims_only(const objective_units& units, const group_ref& at) {
+  if (!sliced(units) || units.update().mesh_extent(mesh_role::data) < 2) return std::nullopt;
+  return quotient(rational(units.update().mesh_extent(mesh_role::sequence)), units.over_sequence_dims(at.rank));
+}
+
+std::optional<rational> before_sequence_sharding(const objective_units& units, const group_ref&) {
+  if (!sliced(units)) return std::nullopt;
+  return quotient(reducer_compensation(units), units.total() * units.update().mesh_extent(mesh_role::sequence));
+}
+
 // Each entry: name, formula, denominator, scope, whether it is the objective's own weights, coefficient; then,
 // for a diagnosis, what was computed, why it is wrong (under a summing reducer where that differs) and what
 // to do.
@@ -171,7 +198,7 @@ constexpr std::array<normalization, 6> report_table{{
      .remedy = "the denominator must be the valid tokens of the whole update, not of each microbatch"},
 }};
 
-constexpr std::array<normalization, 8> diagnosed_table{{
+constexpr std::array<normalization, 11> diagnosed_table{{
     {.name = "sum_of_microbatch_means", .formula = "Σₘ Sᵣₘ/{Drm}", .denominator = "{Drm}", .level = scope::microbatch,
      .coefficient = per_microbatch_summed,
      .computed = "each microbatch backpropagated its own mean and the accumulation did not divide by the number of "
@@ -214,6 +241,29 @@ constexpr std::array<normalization, 8> diagnosed_table{{
      .level = scope::group, .coefficient = per_sequence_positions,
      .computed = "each sequence's loss sum divided by its padded length (its positions, padding included)",
      .why_wrong = "a token's weight then depends on the padding of its row"},
+    {.name = "count_over_data_dims", .formula = "W·Sᵣ/({Dr} summed over {data})", .denominator = "{Dr} summed over {data}",
+     .level = scope::rank, .coefficient = over_data_dims_only,
+     .computed = "each rank divided its loss sum by the count reduced over {data} only, not over {mesh}: the ranks "
+                 "of one {sequence} group hold slices of the same sequences, and each count left out the other "
+                 "slices' tokens",
+     .why_wrong = "each count is about 1/{CP} of the update's, so the gradient is about {CP} times the objective's, "
+                  "and a token's weight depends on how its sequences were split over {sequence}",
+     .remedy = "reduce the count over every data and sequence dimension ({mesh})"},
+    {.name = "count_over_sequence_dims", .formula = "{CP}·Sᵣ/({Dr} summed over {sequence})",
+     .denominator = "{Dr} summed over {sequence}", .level = scope::rank, .coefficient = over_sequence_dims_only,
+     .computed = "each rank divided its loss sum by the count of its {sequence} group (reduced over {sequence}, not "
+                 "over {mesh}) and scaled it by {CP} for the mean over {sequence}",
+     .why_wrong = "every {data} coordinate's sequences then weigh the same whatever their valid-token counts: a mean "
+                  "of the {data} groups' means",
+     .remedy = "reduce the count over {mesh}"},
+    {.name = "count_before_sequence_sharding", .formula = "W·Sᵣ/({CP}·{D})", .denominator = "{CP}·{D}",
+     .level = scope::update, .coefficient = before_sequence_sharding,
+     .computed = "every rank counted the valid tokens of its whole sequences, before they were split over "
+                 "{sequence}, and the counts were summed over {mesh}: each token counted {CP} times",
+     .why_wrong = "the denominator is {CP} times the update's, so the gradient is the objective's divided by {CP}, "
+                  "as it would be with the loss averaged over {sequence} once too often",
+     .remedy = "count the tokens each rank holds after the split, or sum the whole sequences' counts over {data} "
+               "only"},
 }};
 
 }  // namespace
@@ -227,6 +277,27 @@ objective_units::objective_units(const partition& update, objective_kind objecti
     case objective_kind::sequence_sum_mean: total_ = rational(update.sequence_count()); break;
     case objective_kind::constant: total_ = update.normalizer; break;
   }
+  if (update.mesh_extent(mesh_role::sequence) < 2) return;
+  // The counts reduced over one role's dimensions: one total per coordinate along the other role's.
+  std::vector<tree_sum> by_sequence(update.mesh_extent(mesh_role::sequence));
+  std::vector<tree_sum> by_data(update.mesh_extent(mesh_role::data));
+  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+    const rational count = of_rank(r);
+    by_sequence[update.mesh_index(r, mesh_role::sequence)].add(count);
+    by_data[update.mesh_index(r, mesh_role::data)].add(count);
+  }
+  for (tree_sum& total : by_sequence) over_data_.push_back(total.value());
+  for (tree_sum& total : by_data) over_sequence_.push_back(total.value());
+}
+
+std::optional<rational> objective_units::over_data_dims(std::size_t r) const {
+  if (over_data_.empty()) return std::nullopt;
+  return over_data_[update_->mesh_index(r, mesh_role::sequence)];
+}
+
+std::optional<rational> objective_units::over_sequence_dims(std::size_t r) const {
+  if (over_sequence_.empty()) return std::nullopt;
+  return over_sequence_[update_->mesh_index(r, mesh_role::data)];
 }
 
 bool objective_units::applies(const partition& update, objective_kind objective) {
@@ -307,7 +378,32 @@ std::string why_wrong(const normalization& n, reducer_kind reducer) {
   return why;
 }
 
+std::string mesh_spelled(std::string_view text, const partition& update) {
+  const std::string data = update.mesh_names(mesh_role::data);
+  const std::string sequence = update.mesh_names(mesh_role::sequence);
+  const std::array<std::pair<std::string_view, std::string>, 4> slots{{
+      {"{data}", data.empty() ? "the data dimensions" : data},
+      {"{sequence}", sequence.empty() ? "the sequence dimensions" : sequence},
+      {"{mesh}", data.empty() || sequence.empty() ? data + sequence : data + " × " + sequence},
+      {"{CP}", std::to_string(update.mesh_extent(mesh_role::sequence))},
+  }};
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto slot = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return text.substr(i).starts_with(s.first); });
+    if (slot == slots.end()) {
+      out += text[i++];
+      continue;
+    }
+    out += slot->second;
+    i += slot->first.size();
+  }
+  return out;
+}
+
 std::string spelled(std::string_view text, const objective_units& units) {
+  if (text.find("{data}") != std::string_view::npos || text.find("{sequence}") != std::string_view::npos ||
+      text.find("{CP}") != std::string_view::npos)
+    return spelled(mesh_spelled(text, units.update()), units);
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     if (text.substr(i, 5) == "{Drm}") {

@@ -188,6 +188,37 @@ std::uint64_t partition::common_accumulation() const {
   return g;
 }
 
+std::uint64_t partition::mesh_extent(mesh_role role) const {
+  if (mesh.empty()) return role == mesh_role::data ? world_size() : 1;
+  std::uint64_t extent = 1;
+  for (const mesh_dim& dim : mesh)
+    if (dim.role == role) extent *= dim.size;  // a factor of W: it cannot wrap
+  return extent;
+}
+
+std::uint64_t partition::mesh_index(std::size_t rank, mesh_role role) const {
+  if (mesh.empty()) return role == mesh_role::data ? rank : 0;
+  // Row-major: the last dimension varies fastest. The index keeps the dimensions' order.
+  std::uint64_t index = 0;
+  std::uint64_t scale = 1;
+  std::uint64_t rest = rank;
+  for (std::size_t d = mesh.size(); d-- > 0;) {
+    const std::uint64_t coordinate = rest % mesh[d].size;
+    rest /= mesh[d].size;
+    if (mesh[d].role != role) continue;
+    index += coordinate * scale;
+    scale *= mesh[d].size;
+  }
+  return index;
+}
+
+std::string partition::mesh_names(mesh_role role) const {
+  std::string names;
+  for (const mesh_dim& dim : mesh)
+    if (dim.role == role && dim.size > 1) names += (names.empty() ? "" : " × ") + dim.name;
+  return names;
+}
+
 std::uint64_t partition::positions() const { return add_counts(valid_tokens(), padding()); }
 
 rational loss_gradient_sum(const group_stats& group, const rational& theta) {

@@ -175,8 +175,8 @@ private:
       const std::uint64_t dims_offset = json_.value_offset();
       if (json_.peek() != json_kind::array) json_.fail_type("mesh.dims", "a non-empty array of dimensions");
       json_.begin_array();
-      while (json_.next_element()) file_.mesh.push_back(read_mesh_dim());
-      if (file_.mesh.empty())
+      while (json_.next_element()) file_.update.mesh.push_back(read_mesh_dim());
+      if (file_.update.mesh.empty())
         json_.fail(error_code::schema_error, "mesh.dims must not be empty: name every dimension of the mesh", dims_offset);
     }
     if (!saw_dims) json_.fail(error_code::schema_error, "mesh needs \"dims\": the mesh's dimensions", *mesh_offset_);
@@ -201,7 +201,7 @@ private:
                      "a mesh dimension's name is an identifier of lower-case letters, digits and _ that starts with a "
                      "letter, found \"" + dim.name + "\"",
                      name_offset);
-        for (const mesh_dim& other : file_.mesh)
+        for (const mesh_dim& other : file_.update.mesh)
           if (other.name == dim.name)
             json_.fail(error_code::schema_error, "mesh dimension \"" + dim.name + "\" is named twice", name_offset);
         saw_name = true;
@@ -223,13 +223,13 @@ private:
   // The mesh against the ranks: the sizes' product is W, every `coords` the rank's row-major coordinates.
   // Replicas and slices of the same sequences are refused until the objective counts them.
   void check_mesh() {
-    if (file_.mesh.empty()) {
+    if (file_.update.mesh.empty()) {
       if (!coords_.empty())
         json_.fail(error_code::schema_error, "a rank gives \"coords\" but the file declares no mesh", coords_.front().second);
       return;
     }
     rational product = 1;
-    for (const mesh_dim& dim : file_.mesh) product *= rational(dim.size);
+    for (const mesh_dim& dim : file_.update.mesh) product *= rational(dim.size);
     const std::uint64_t ranks = file_.update.world_size();
     if (product != rational(ranks))
       json_.fail(error_code::world_size_mismatch,
@@ -239,10 +239,10 @@ private:
     for (const auto& [rank, at] : coords_) {
       const std::vector<std::uint64_t>& given = given_coords_[rank];
       std::uint64_t rest = rank;
-      std::vector<std::uint64_t> expected(file_.mesh.size());
-      for (std::size_t d = file_.mesh.size(); d-- > 0;) {
-        expected[d] = rest % file_.mesh[d].size;
-        rest /= file_.mesh[d].size;
+      std::vector<std::uint64_t> expected(file_.update.mesh.size());
+      for (std::size_t d = file_.update.mesh.size(); d-- > 0;) {
+        expected[d] = rest % file_.update.mesh[d].size;
+        rest /= file_.update.mesh[d].size;
       }
       if (given != expected)
         json_.fail(error_code::schema_error,
@@ -250,7 +250,7 @@ private:
                        spelled_coords(expected) + "): ranks are listed in the order init_device_mesh numbers them",
                    at);
     }
-    for (const mesh_dim& dim : file_.mesh) {
+    for (const mesh_dim& dim : file_.update.mesh) {
       if (dim.size == 1 || dim.role == mesh_role::data) continue;
       if (dim.role == mesh_role::replica)
         json_.fail(error_code::schema_error,
@@ -740,7 +740,7 @@ private:
   // in one microbatch of ranks that share their data coordinates) hold each position at most once.
   void check_slices() {
     if (slices_.empty()) return;
-    const bool sequence_dim = std::any_of(file_.mesh.begin(), file_.mesh.end(),
+    const bool sequence_dim = std::any_of(file_.update.mesh.begin(), file_.update.mesh.end(),
                                           [](const mesh_dim& dim) { return dim.role == mesh_role::sequence; });
     if (!sequence_dim)
       json_.fail(error_code::schema_error,
@@ -776,9 +776,9 @@ private:
   // A rank's coordinates along the mesh's dimensions other than the sequence ones.
   std::vector<std::uint64_t> data_coords(std::size_t rank) const {
     std::vector<std::uint64_t> coords;
-    for (std::size_t d = file_.mesh.size(); d-- > 0;) {
-      if (file_.mesh[d].role != mesh_role::sequence) coords.push_back(rank % file_.mesh[d].size);
-      rank /= file_.mesh[d].size;
+    for (std::size_t d = file_.update.mesh.size(); d-- > 0;) {
+      if (file_.update.mesh[d].role != mesh_role::sequence) coords.push_back(rank % file_.update.mesh[d].size);
+      rank /= file_.update.mesh[d].size;
     }
     return coords;
   }

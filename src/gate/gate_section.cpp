@@ -126,21 +126,41 @@ std::string weight_text(const std::optional<rational>& value) {
   return value ? on_screen(*value) + " ≈ " + approximate(*value) : std::string("—");
 }
 
-std::string place_text(const weight_row& row) {
-  return "rank " + std::to_string(row.where.rank) + ", mb " + std::to_string(row.where.microbatch) +
+// Rank r's coordinate along each mesh dimension, in the mesh's order (row-major numbering).
+std::vector<std::uint64_t> mesh_coordinates(const partition& update, std::size_t rank) {
+  std::vector<std::uint64_t> coords(update.mesh.size());
+  for (std::size_t d = update.mesh.size(); d-- > 0;) {
+    coords[d] = rank % update.mesh[d].size;
+    rank /= update.mesh[d].size;
+  }
+  return coords;
+}
+
+// "rank 1, mb 0, seq 2"; on a mesh "rank 1 (dp 0, cp 1), mb 0".
+std::string place_text(const weight_row& row, const partition& update) {
+  std::string coords;
+  const std::vector<std::uint64_t> at = mesh_coordinates(update, row.where.rank);
+  for (std::size_t d = 0; d < at.size(); ++d)
+    coords += (d ? ", " : " (") + update.mesh[d].name + " " + std::to_string(at[d]) + (d + 1 == at.size() ? ")" : "");
+  return "rank " + std::to_string(row.where.rank) + coords + ", mb " + std::to_string(row.where.microbatch) +
          (row.sequence ? ", seq " + std::to_string(row.where.group) : "");
 }
 
 // The weight table for a screen: one row per group, the first ones when there are many.
-void print_weights(std::ostream& out, const group_judgement& judgement, std::string_view indent) {
+void print_weights(std::ostream& out, const group_judgement& judgement, const partition& update, std::string_view indent) {
   constexpr std::size_t shown_rows = 24;
   const std::vector<weight_row>& rows = judgement.rows;
+  // The place column is as wide as its widest shown entry (a mesh's coordinates), at least 22.
+  std::size_t place_width = 22;
+  if (!update.mesh.empty())
+    for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i)
+      place_width = std::max(place_width, display_width(place_text(rows[i], update)));
   out << indent << "weights per group (what the code gave a token, what the objective gives it):\n";
-  out << indent << "  " << padded("group", 7) << " " << padded("place", 22) << " " << padded("tokens", 7) << " "
+  out << indent << "  " << padded("group", 7) << " " << padded("place", place_width) << " " << padded("tokens", 7) << " "
       << padded("code", 26) << " " << padded("objective", 26) << " ratio\n";
   for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i) {
     const weight_row& row = rows[i];
-    out << indent << "  " << padded(std::to_string(i), 7) << " " << padded(place_text(row), 22) << " "
+    out << indent << "  " << padded(std::to_string(i), 7) << " " << padded(place_text(row, update), place_width) << " "
         << padded(std::to_string(row.tokens), 7) << " "
         << padded(row.code ? weight_text(row.code) : to_string(row.observed), 26) << " "
         << padded(weight_text(row.objective), 26) << " " << weight_text(row.ratio)
@@ -153,17 +173,17 @@ void print_weights(std::ostream& out, const group_judgement& judgement, std::str
 }
 
 // The weight table as the text report prints it (lines without indent), for front ends that print it too.
-std::string weights_text(const group_judgement& judgement) {
+std::string weights_text(const group_judgement& judgement, const partition& update) {
   std::ostringstream text;
-  print_weights(text, judgement, "");
+  print_weights(text, judgement, update, "");
   return text.str();
 }
 
-void write_weights(json_writer& json, const group_judgement& judgement) {
+void write_weights(json_writer& json, const group_judgement& judgement, const partition& update) {
   const std::vector<weight_row>& rows = judgement.rows;
   json.begin_object()
       .member("groups", static_cast<std::uint64_t>(judgement.groups))
-      .member("text", weights_text(judgement))
+      .member("text", weights_text(judgement, update))
       .key("rows")
       .begin_array();
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -172,6 +192,9 @@ void write_weights(json_writer& json, const group_judgement& judgement) {
         .member("group", static_cast<std::uint64_t>(i))
         .member("rank", static_cast<std::uint64_t>(row.where.rank))
         .member("microbatch", static_cast<std::uint64_t>(row.where.microbatch));
+    if (!update.mesh.empty()) {
+      json.key("coords").numbers(mesh_coordinates(update, row.where.rank));
+    }
     if (row.sequence) json.member("sequence", static_cast<std::uint64_t>(row.where.group));
     else json.key("sequence").null();
     json.member("tokens", row.tokens)
@@ -542,7 +565,7 @@ void gate_section::print_text(std::ostream& out, const partition_file& document,
   if (gate.ratio)
     out << "        unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ " << approximate(*gate.ratio)
         << "), no known mistake fits\n";
-  if (gate.groups) print_weights(out, *gate.groups, "        ");
+  if (gate.groups) print_weights(out, *gate.groups, document.update, "        ");
   for (const site_result& site : gate.sites) {
     const bool agrees = !site.replica_difference && site.judgement.matches_objective;
     out << "        site " << printable(site.name) << ": "
@@ -552,7 +575,7 @@ void gate_section::print_text(std::ostream& out, const partition_file& document,
     if (site.replica_difference) out << "          " << shorten(*site.replica_difference, 400) << "\n";
     out << "          " << shorten(site.judgement.detail, 400) << "\n";
     print_explanations(out, "  diagnosis:", site.judgement.diagnosis);
-    print_weights(out, site.judgement, "          ");
+    print_weights(out, site.judgement, document.update, "          ");
   }
   if (expectation_ && judged_expectation_held_)
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
@@ -583,7 +606,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
   json.member("ratio", gate.ratio);
   if (gate.groups) {
     json.key("weights");
-    write_weights(json, *gate.groups);
+    write_weights(json, *gate.groups, document.update);
   }
   if (!gate.sites.empty()) {
     json.key("sites").begin_array();
@@ -598,7 +621,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       json.key("could_hide");
       write_explanations(json, site.judgement.could_hide);
       json.key("weights");
-      write_weights(json, site.judgement);
+      write_weights(json, site.judgement, document.update);
       json.end_object();
     }
     json.end_array();

@@ -113,6 +113,19 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
     factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()), std::move(words.computed),
                        std::move(words.why_wrong)});
   }
+  // The sequence dimensions' size, where it is not already a factor above (their size equal to W or G).
+  if (const std::string cp = sequence_factor_name(update); !cp.empty()) {
+    const rational extent{update.mesh_extent(mesh_role::sequence)};
+    for (const bool divided : {true, false}) {
+      const std::string label = (divided ? "/" : "×") + cp;
+      rational factor = divided ? 1 / extent : extent;
+      if (std::any_of(factors.begin(), factors.end(), [&](const factor_mistake& f) { return f.factor == factor; }))
+        continue;
+      mistake_words words = factor_words(label, update);
+      factors.push_back({"objective" + label, std::move(factor), "the objective's gradient " + words.computed,
+                         std::move(words.why_wrong)});
+    }
+  }
   std::erase_if(factors, [](const factor_mistake& f) { return f.factor == 1; });
   return factors;
 }
@@ -133,7 +146,16 @@ std::vector<std::string> empty_places(const partition& update) {
   return places;
 }
 
+// On a mesh with sequence dimensions a rank's own count is the count of its slices: local_mean says so.
+void in_mesh_terms(std::string_view name, const partition& update, std::string& computed) {
+  if (name != "local_mean" || update.mesh_extent(mesh_role::sequence) < 2) return;
+  computed += mesh_spelled(": each {sequence} rank divided by the tokens of its own slices, not by the count "
+                           "reduced over {mesh}",
+                           update);
+}
+
 }  // namespace
+
 
 // A mean taken over nothing: 0/0, NaN in floating point, which the all-reduce hands to every rank.
 std::optional<explanation> mean_of_empty(const partition& update, const std::string& instead) {
@@ -166,6 +188,7 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
     const std::optional<rational> value = gradient(update, s);
     if (!value) continue;
     mistake_text text = describe_strategy(s, update.reducer, update.objective);
+    in_mesh_terms(strategy_name(s), update, text.computed);
     candidates.push_back({std::string(strategy_name(s)), *value, strategy_bound(update, s, type, reduction_type),
                           std::move(text.computed), std::move(text.why_wrong), instead, {}});
   }
@@ -267,9 +290,30 @@ std::string with_declared(std::string_view text, objective_kind declared) {
 
 }  // namespace
 
-mistake_words factor_words(std::string_view label) {
+std::string sequence_factor_name(const partition& update) {
+  if (update.mesh_extent(mesh_role::sequence) < 2) return {};
+  std::string names = update.mesh_names(mesh_role::sequence);
+  if (names.find(' ') == std::string::npos) return names;
+  for (std::size_t at; (at = names.find(" × ")) != std::string::npos;) names.replace(at, std::string_view(" × ").size(), "·");
+  return "(" + names + ")";
+}
+
+mistake_words factor_words(std::string_view label, const partition& update) {
   if (const named_words* known = lookup(factor_table, label))
     return {std::string(known->computed), std::string(known->why_wrong)};
+  if (const std::string cp = sequence_factor_name(update); !cp.empty()) {
+    if (label == "/" + cp)
+      return {mesh_spelled("divided by {CP}, the size of {sequence}", update),
+              mesh_spelled("the loss was averaged over {sequence} once too often, or each token was counted on every "
+                           "{sequence} rank: the ranks of {sequence} hold slices of the same sequences, whose "
+                           "gradients the reducer already adds",
+                           update)};
+    if (label == "×" + cp)
+      return {mesh_spelled("multiplied by {CP}, the size of {sequence}", update),
+              mesh_spelled("a compensation for {sequence} applied where nothing divides by it, or a count reduced "
+                           "over {data} only that left out the other {sequence} ranks' tokens",
+                           update)};
+  }
   const std::string text(label);
   const std::string how = label.front() == '/' ? "divided by " + text.substr(1) : "multiplied by " + text.substr(std::string_view("×").size());
   return {how, "a factor of " + text + " that the objective does not have: a count of something else (for example a "
@@ -280,15 +324,16 @@ mistake_words table_mistake_words(std::string_view name, const partition& update
   const reducer_kind reducer = update.reducer;
   const objective_kind objective = update.objective;
   if (const std::optional<strategy> s = strategy_from_name(name)) {
-    const mistake_text text = describe_strategy(*s, reducer, objective);
+    mistake_text text = describe_strategy(*s, reducer, objective);
+    in_mesh_terms(name, update, text.computed);
     return {text.computed, text.why_wrong};
   }
   if (const normalization* n = find_normalization(name))
-    return {std::string(n->computed), why_wrong(*n, reducer)};
+    return {mesh_spelled(n->computed, update), mesh_spelled(why_wrong(*n, reducer), update)};
   if (const named_words* known = lookup(other_table, name))
     return {std::string(known->computed), with_declared(known->why_wrong, objective)};
   if (name.starts_with("objective") && name.size() > std::string_view("objective").size()) {
-    const mistake_words scaled = factor_words(name.substr(std::string_view("objective").size()));
+    const mistake_words scaled = factor_words(name.substr(std::string_view("objective").size()), update);
     return {"the objective's gradient " + scaled.computed, scaled.why_wrong};
   }
   if (const std::size_t open = name.find('('); open != std::string_view::npos && name.ends_with(")")) {

@@ -36,10 +36,21 @@ std::vector<nearby_update> nearby_updates(const partition& update) {
                    std::move(more)});
   }
 
-  if (room_for(update, update.ranks.back().valid_tokens() + update.ranks.back().padding())) {
+  // One more rank, or on a mesh one more coordinate along its first dimension where that is a data
+  // dimension: a copy of the last block of ranks, so that the ranks stay row-major in the grown mesh.
+  const bool growable = update.mesh.empty() || update.mesh.front().role == mesh_role::data;
+  const std::size_t block = update.mesh.empty() ? 1 : update.ranks.size() / update.mesh.front().size;
+  std::uint64_t block_positions = 0;
+  for (std::size_t r = update.ranks.size() - block; r < update.ranks.size(); ++r)
+    block_positions = add_counts(block_positions, add_counts(update.ranks[r].valid_tokens(), update.ranks[r].padding()));
+  if (growable && room_for(update, block_positions)) {
     partition more = update;
-    more.ranks.push_back(more.ranks.back());
-    out.push_back({"another number of ranks (here W = " + std::to_string(update.world_size()) + ")", std::move(more)});
+    for (std::size_t r = update.ranks.size() - block; r < update.ranks.size(); ++r) more.ranks.push_back(update.ranks[r]);
+    if (!more.mesh.empty()) more.mesh.front().size += 1;
+    out.push_back({update.mesh.empty() ? "another number of ranks (here W = " + std::to_string(update.world_size()) + ")"
+                                       : "another size of " + update.mesh.front().name + " (here " +
+                                             std::to_string(update.mesh.front().size) + ")",
+                   std::move(more)});
   }
 
   const bool weighted = std::any_of(update.ranks.begin(), update.ranks.end(), [](const rank_stats& rank) {

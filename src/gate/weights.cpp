@@ -206,11 +206,13 @@ bool same_table(const lazy_table& a, const lazy_table& b, const std::vector<grou
   return true;
 }
 
-// A factor in the update's own terms, W^w · G^g · constant, so that it can be read on another update.
+// A factor in the update's own terms, W^w · G^g · CP^s · constant (CP the sequence dimensions' size), so
+// that it can be read on another update.
 struct factor_form {
   int w = 0;
   int g = 0;
   rational constant{1};
+  int s = 0;
 };
 
 // A weight table a candidate computation would produce, with its name and words, and how to produce it on
@@ -300,6 +302,11 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
     if (form.w > 0) value *= w;
     else value /= w;
   }
+  const rational cp{update.mesh_extent(mesh_role::sequence)};
+  for (int i = 0; i < std::abs(form.s); ++i) {
+    if (form.s > 0) value *= cp;
+    else value /= cp;
+  }
   if (form.g != 0) {
     const std::uint64_t g = update.common_accumulation();
     if (g == 0) return std::nullopt;
@@ -319,7 +326,8 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
   struct symbolic {
     int w;
     int g;
-    std::string_view text;
+    std::string text;
+    int s = 0;
   };
   std::vector<symbolic> forms;
   if (update.world_size() > 1) forms.push_back({1, 0, "×W"}), forms.push_back({-1, 0, "/W"});
@@ -333,10 +341,14 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
       forms.push_back({-1, 1, "×G/W"});
     }
   }
+  if (const std::string cp = sequence_factor_name(update); !cp.empty()) {
+    forms.push_back({0, 0, "×" + cp, 1});
+    forms.push_back({0, 0, "/" + cp, -1});
+  }
   std::vector<factor_label> labels;
   for (const symbolic& s : forms) {
-    const factor_form form{s.w, s.g, rational(1)};
-    if (value_on(form, update) == factor) labels.push_back({std::string(s.text), std::nullopt, form, true});
+    const factor_form form{s.w, s.g, rational(1), s.s};
+    if (value_on(form, update) == factor) labels.push_back({s.text, std::nullopt, form, true});
   }
   if (!labels.empty()) return labels;
   if (g > 1) {
@@ -467,13 +479,14 @@ std::vector<candidate> factor_fits(const candidate& base, const partition& updat
     } else if (base.name == "objective") {
       words = table_mistake_words(name, update);
     } else {
-      const mistake_words scaling = factor_words(label.text);
+      const mistake_words scaling = factor_words(label.text, update);
       words = {base.words.computed + ", and the result " + scaling.computed,
                base.words.why_wrong + "; and it is " + scaling.computed + ": " + scaling.why_wrong};
     }
     factor_form form = label.form;
     form.w += base.factor.w;
     form.g += base.factor.g;
+    form.s += base.factor.s;
     form.constant *= base.factor.constant;
     out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), !label.named});
   }

@@ -95,11 +95,38 @@ def sliced_case(description: str, value: Fraction, gate: dict[str, object]) -> d
     }
 
 
+def peers(rank: int, along: int) -> list[int]:
+    """The ranks of the 2×2 mesh whose coordinates differ from `rank`'s only along dimension `along`."""
+    return [r for r in range(4) if all(coords(r)[d] == coords(rank)[d] for d in range(2) if d != along)]
+
+
+def grouped_case(description: str, ranks: list[list[int]], weights: list[Fraction],
+                 gate: dict[str, object]) -> dict[str, object]:
+    """A per-group measurement: each rank one group, whose tokens weigh `weights[r]` in the synchronized
+    gradient; every rank holds the same vector of the groups' components, weight × Σ(θ − y) at θ = 0."""
+    document = case(description, ranks, Fraction(0), gate)
+    vector = [text(w * -sum(rank)) for w, rank in zip(weights, ranks)]
+    document["observed"] = {"per_rank": [vector] * len(ranks), "dtype": "exact"}
+    return document
+
+
+def count_over_dp(ranks: list[list[int]]) -> list[Fraction]:
+    """Each rank backpropagates W·Sᵣ/n, n its count summed over dp only (the ranks of its cp coordinate);
+    DDP's mean divides by W: its tokens weigh 1/n."""
+    return [Fraction(1, sum(len(ranks[p]) for p in peers(r, along=0))) for r in range(4)]
+
+
+def count_over_cp(ranks: list[list[int]]) -> list[Fraction]:
+    """Each rank backpropagates CP·Sᵣ/n, n its cp group's count; DDP's mean divides by W = 4."""
+    return [Fraction(2, sum(len(ranks[p]) for p in peers(r, along=1))) / 4 for r in range(4)]
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "cases" / "mesh"
     uneven = [[1], [2, 3, 4], [5, 6], [7, 8, 9, 10, 11]]
     even = [[1, 2], [3, 4], [5, 6], [7, 8]]
     sliced = [valid(slices) for slices in sliced_ranks()]
+    n = sum(len(rank) for rank in uneven)
     cases = {
         "dp2_cp2_correct.json": case("dp 2 × cp 2, each rank backpropagates W·Sᵣ/N over the distinct tokens",
                                      uneven, objective(uneven), {"verdict": "pass"}),
@@ -113,7 +140,22 @@ def main() -> None:
         "dp2_cp2_zigzag_local_mean.json": sliced_case("dp 2 × cp 2 with zigzag sequence slices, each rank its own mean",
                                                       local_mean(sliced),
                                                       {"verdict": "fail", "explanations": ["local_mean"]}),
+        "dp2_cp2_count_over_dp.json": grouped_case(
+            "dp 2 × cp 2, the count reduced over dp only (verl #5983): each count misses the other CP rank's tokens",
+            uneven, count_over_dp(uneven), {"verdict": "fail", "explanations": ["count_over_data_dims"]}),
+        "dp2_cp2_count_over_cp.json": grouped_case(
+            "dp 2 × cp 2, the count reduced over cp only: each data group's own mean", uneven, count_over_cp(uneven),
+            {"verdict": "fail", "explanations": ["count_over_sequence_dims"]}),
+        "dp2_cp2_count_before_sharding.json": grouped_case(
+            "dp 2 × cp 2, every CP rank counted its whole sequences before the split, summed over dp × cp",
+            uneven, [Fraction(1, 2 * n)] * 4, {"verdict": "fail", "explanations": ["count_before_sequence_sharding"]}),
+        "dp2_cp2_half.json": case("dp 2 × cp 2, the loss averaged over cp once too often: the objective's gradient ÷ CP",
+                                  uneven, objective(uneven) / 2, {"verdict": "fail", "explanations": ["objective/cp"]}),
+        "dp2_cp2_grouped_correct.json": grouped_case(
+            "dp 2 × cp 2 measured per group, each rank backpropagates W·Sᵣ/N", uneven, [Fraction(1, n)] * 4,
+            {"verdict": "pass"}),
     }
+    assert len(set(count_over_dp(uneven))) > 1 and len(set(count_over_cp(uneven))) > 1
     assert local_mean(uneven) != objective(uneven) and local_mean(even) == objective(even)
     assert local_mean(sliced) != objective(sliced)
     for name, document in cases.items():

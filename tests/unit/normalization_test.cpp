@@ -174,7 +174,7 @@ TEST_CASE("every normalization but the objective's own carries its diagnosis wor
       CHECK(!n.why_wrong.empty());
       CHECK(normcheck::why_wrong(n, reducer_kind::mean).starts_with(n.why_wrong));
     }
-  CHECK(names.size() == 14);
+  CHECK(names.size() == 17);
   const normcheck::normalization& local_sum = *normcheck::find_normalization("local_sum");
   CHECK(normcheck::why_wrong(local_sum, reducer_kind::sum) == local_sum.why_wrong_summed);
   const normcheck::normalization& shifted = *normcheck::find_normalization("count_before_shift");
@@ -198,4 +198,77 @@ TEST_CASE("a per-microbatch global count is undefined, and reads nothing, where 
     CHECK_FALSE(normcheck::delivered_unit_weight(units, *n, {1, 2, 0}).has_value());
     CHECK_FALSE(normcheck::delivered_unit_weight(units, *n, {0, 0, 0}).has_value());
   }
+}
+
+namespace {
+
+// A dp 2 × cp 2 mesh (row-major: rank 2·dp + cp) whose ranks hold 1, 3, 2 and 5 valid tokens, N = 11.
+partition dp2_cp2(reducer_kind reducer = reducer_kind::mean) {
+  partition p = normcheck::make_partition({{rational(1)}, {rational(2), rational(3), rational(4)},
+                                           {rational(5), rational(6)},
+                                           {rational(7), rational(8), rational(9), rational(10), rational(11)}},
+                                          0, reducer);
+  p.mesh = {{"dp", 2, normcheck::mesh_role::data}, {"cp", 2, normcheck::mesh_role::sequence}};
+  return p;
+}
+
+std::vector<rational> delivered(const partition& p, std::string_view name) {
+  const objective_units units(p, p.objective);
+  return normcheck::delivered_weights(units, *normcheck::find_normalization(name)).value();
+}
+
+}  // namespace
+
+TEST_CASE("a mesh numbers its ranks row-major, and without one every rank is a data coordinate") {
+  partition p = dp2_cp2();
+  CHECK(p.mesh_extent(normcheck::mesh_role::data) == 2);
+  CHECK(p.mesh_extent(normcheck::mesh_role::sequence) == 2);
+  CHECK(p.mesh_extent(normcheck::mesh_role::replica) == 1);
+  for (std::size_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(p.mesh_index(r, normcheck::mesh_role::data) == r / 2);
+    CHECK(p.mesh_index(r, normcheck::mesh_role::sequence) == r % 2);
+  }
+  CHECK(p.mesh_names(normcheck::mesh_role::data) == "dp");
+  p.mesh.clear();
+  CHECK(p.mesh_extent(normcheck::mesh_role::data) == 4);
+  CHECK(p.mesh_extent(normcheck::mesh_role::sequence) == 1);
+  CHECK(p.mesh_index(3, normcheck::mesh_role::data) == 3);
+  CHECK(p.mesh_names(normcheck::mesh_role::sequence).empty());
+}
+
+TEST_CASE("the mesh's counts: over dp only, over cp only, and before the sequences were split") {
+  const partition p = dp2_cp2();
+  // Over dp only: cp 0 holds ranks 0 and 2 (3 tokens), cp 1 ranks 1 and 3 (8); W·Sᵣ/n then DDP's ÷W.
+  CHECK(delivered(p, "count_over_data_dims") ==
+        std::vector<rational>{fraction_of(1, 3), fraction_of(1, 8), fraction_of(1, 3), fraction_of(1, 8)});
+  // Over cp only: dp 0 holds 4 tokens, dp 1 holds 7; CP·Sᵣ/n then ÷W.
+  CHECK(delivered(p, "count_over_sequence_dims") ==
+        std::vector<rational>{fraction_of(1, 8), fraction_of(1, 8), fraction_of(1, 14), fraction_of(1, 14)});
+  // Every token counted on both CP ranks: W·Sᵣ/(2N), then ÷W.
+  CHECK(delivered(p, "count_before_sequence_sharding") == std::vector<rational>(4, fraction_of(1, 22)));
+  // The words name the mesh's dimensions.
+  const normcheck::normalization& over_dp = *normcheck::find_normalization("count_over_data_dims");
+  CHECK(normcheck::mesh_spelled(over_dp.remedy, p) == "reduce the count over every data and sequence dimension (dp × cp)");
+  CHECK(normcheck::spelled(over_dp.formula, objective_units(p, p.objective)) == "W·Sᵣ/(nᵣ summed over dp)");
+}
+
+TEST_CASE("without sequence dimensions the mesh's normalizations are undefined: old files judge as before") {
+  partition p = dp2_cp2();
+  p.mesh = {{"dp", 4, normcheck::mesh_role::data}};
+  for (std::string_view name : {"count_over_data_dims", "count_over_sequence_dims", "count_before_sequence_sharding"}) {
+    CAPTURE(name);
+    const objective_units units(p, p.objective);
+    CHECK_FALSE(normcheck::delivered_weights(units, *normcheck::find_normalization(name)).has_value());
+    p.mesh.clear();
+    const objective_units plain(p, p.objective);
+    CHECK_FALSE(normcheck::delivered_weights(plain, *normcheck::find_normalization(name)).has_value());
+    p.mesh = {{"dp", 4, normcheck::mesh_role::data}};
+  }
+  // A context-parallel mesh without data dimensions: a count over dp only or over cp only is not a mistake of
+  // its own (the rank's own count, or the update's).
+  p.mesh = {{"cp", 4, normcheck::mesh_role::sequence}};
+  const objective_units units(p, p.objective);
+  CHECK_FALSE(normcheck::delivered_weights(units, *normcheck::find_normalization("count_over_data_dims")).has_value());
+  CHECK(normcheck::delivered_weights(units, *normcheck::find_normalization("count_before_sequence_sharding")).has_value());
 }

@@ -55,11 +55,19 @@ public:
   /// Symbols of the three counts, for formulas: {"N", "nᵣ", "nᵣₘ"}, {"M", "mᵣ", "mᵣₘ"}, {"B", "bᵣ", "bᵣₘ"},
   /// {"C", "nᵣ", "nᵣₘ"}.
   std::string_view symbol(std::size_t level_index) const noexcept;
+  /// Under a mesh with sequence dimensions: the units of the ranks that share rank r's sequence
+  /// coordinates, its count reduced over the data dimensions only (nullopt without such a mesh).
+  std::optional<rational> over_data_dims(std::size_t r) const;
+  /// The units of the ranks that share rank r's data coordinates, its count reduced over the sequence
+  /// dimensions only (nullopt without such a mesh).
+  std::optional<rational> over_sequence_dims(std::size_t r) const;
 
 private:
   const partition* update_;
   objective_kind objective_;
   rational total_;
+  std::vector<rational> over_data_;      // by sequence coordinates; empty without sequence dimensions
+  std::vector<rational> over_sequence_;  // by data coordinates; empty without sequence dimensions
 };
 
 /// The level over which a normalization's coefficient is constant: it is computed once per unit of it.
@@ -104,8 +112,12 @@ const normalization* find_normalization(std::string_view name) noexcept;
 /// Why `n` is wrong under `reducer`, its remedy after a colon where it has one.
 std::string why_wrong(const normalization& n, reducer_kind reducer);
 
-/// `formula` or `denominator` with the units' symbols in place.
+/// `formula` or `denominator` with the units' symbols in place, and the mesh's (see `mesh_spelled`).
 std::string spelled(std::string_view text, const objective_units& units);
+
+/// A diagnosis's words with the update's mesh in place: {data} and {sequence} the names of its data and
+/// sequence dimensions ("dp", "cp"), {mesh} both ("dp × cp"), {CP} the sequence dimensions' size.
+std::string mesh_spelled(std::string_view text, const partition& update);
 
 /// The coefficient a rank multiplies group `where`'s loss sum by (before the reducer), the objective's token
 /// factor included; for `objective_itself` the weight the objective gives. Nullopt where it is undefined.

@@ -155,6 +155,20 @@ struct rank_stats {
   std::uint64_t sequence_count() const;
 };
 
+/// What the ranks along one mesh dimension hold of the update.
+enum class mesh_role {
+  data,      ///< different whole sequences
+  sequence,  ///< slices of the same sequences (context parallelism)
+  replica,   ///< the same tokens (tensor parallelism)
+};
+
+/// One dimension of the device mesh: its name, its size and its role.
+struct mesh_dim {
+  std::string name;
+  std::uint64_t size = 1;
+  mesh_role role = mesh_role::data;
+};
+
 /// The update: ranks in rank order, the reducer, the parameter value θ and the objective. Under the
 /// weighted objective every microbatch carries `weighted` sums; under the token mean none does.
 struct partition {
@@ -163,6 +177,9 @@ struct partition {
   rational theta;
   objective_kind objective = objective_kind::token_mean;
   rational normalizer;  ///< C under the constant objective (positive); 0 otherwise
+  /// The device mesh, dimensions in order, ranks numbered row-major (the sizes multiply to W); empty
+  /// without one, which is a mesh of one data dimension.
+  std::vector<mesh_dim> mesh;
 
   /// W: the ranks in the reduction.
   std::uint64_t world_size() const { return ranks.size(); }
@@ -182,6 +199,13 @@ struct partition {
   bool has_sequences() const;
   /// G, the microbatches every rank accumulates, or 0 where ranks accumulate different numbers.
   std::uint64_t common_accumulation() const;
+  /// The product of the sizes of the mesh dimensions with `role`: W for data and 1 otherwise without a mesh.
+  std::uint64_t mesh_extent(mesh_role role) const;
+  /// Rank r's coordinates along the dimensions with `role`, as one mixed-radix index below `mesh_extent`.
+  std::uint64_t mesh_index(std::size_t rank, mesh_role role) const;
+  /// The names of the dimensions with `role` and a size above 1, joined by " × " ("dp", "dp × pp"); empty
+  /// where there is none.
+  std::string mesh_names(mesh_role role) const;
 };
 
 /// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy,

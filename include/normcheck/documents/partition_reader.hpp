@@ -28,25 +28,10 @@ struct expectation {
   std::optional<rational> value;
 };
 
-/// What the ranks along one mesh dimension hold of the update.
-enum class mesh_role {
-  data,      ///< different whole sequences
-  sequence,  ///< slices of the same sequences
-  replica,   ///< the same tokens
-};
-
-/// One dimension of the device mesh: its name, its size and its role.
-struct mesh_dim {
-  std::string name;
-  std::uint64_t size = 1;
-  mesh_role role = mesh_role::data;
-};
-
 /// A partition file as read: the update, what the file claims about it, and its sections.
 struct partition_file {
   partition update;
   std::optional<std::uint64_t> declared_world_size;  ///< `world_size`, when given
-  std::vector<mesh_dim> mesh;                        ///< `mesh.dims`, in order; empty without a mesh
   std::string description;
   std::vector<expectation> expect;
   std::optional<error_code> expect_error;

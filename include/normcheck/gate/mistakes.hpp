@@ -54,8 +54,12 @@ struct mistake_words {
 /// another window, geometric weights, weights that vary within a group, or "unexplained".
 mistake_words table_mistake_words(std::string_view name, const partition& update);
 
-/// The words of a factor on top of a computation, by its label ("×W", "/G", "×4"): how it scaled and why
-/// that is wrong.
-mistake_words factor_words(std::string_view label);
+/// The words of a factor on top of a computation, by its label ("×W", "/G", "/cp", "×4"): how it scaled and
+/// why that is wrong.
+mistake_words factor_words(std::string_view label, const partition& update);
+
+/// The name of the sequence dimensions' size as a factor: "cp", "(cp·sp)" for two; empty where their size
+/// is 1.
+std::string sequence_factor_name(const partition& update);
 
 }  // namespace normcheck
