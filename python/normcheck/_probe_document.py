@@ -215,11 +215,14 @@ def document(parts: Sequence[RankRecord], geometry: Geometry, *, objective: Obje
         reduction_dtype=reduction_dtype if reduction_dtype not in (None, dtype) else None,
         divided_by=divided if all(d is not None for d in divided) else None)
     text = description or (
-        f"{origin}, W = {len(parts)} ({backend}), reducer {reducer} ({how})"
+        f"{origin}, W = {len(parts)} ({backend}"
+        + (", mesh " + " × ".join(f"{name} {size}" for name, size, _ in geometry.mesh) if geometry.mesh else "")
+        + f"), reducer {reducer} ({how})"
         + (f", communication hook {hook_name}" if hook_name else "")
         + (", p sharded by FSDP2" if first.spans is not None else "")
         + (f", sites {', '.join(geometry.sites)}" if geometry.sites else ""))
     ranks = [[written for written, _ in p.microbatches] for p in parts]
     weights = [[w for _, w in p.microbatches] for p in parts] if is_weighted else None
+    mesh = [{"name": name, "size": size, "role": role} for name, size, role in geometry.mesh] or None
     return dump.document(ranks, weights=weights, world_size=len(parts), reducer=reducer, theta=0,
-                         objective=objective, normalizer=normalizer, description=text, observed=seen)
+                         objective=objective, normalizer=normalizer, description=text, observed=seen, mesh=mesh)

@@ -197,7 +197,8 @@ def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler:
             if len(parts) != probe.world_size:
                 raise ProbeError(f"the probe was built for W = {probe.world_size}, the step ran on {len(parts)} "
                                  "ranks: construct it after init_process_group, or pass world_size=")
-            geometry = Geometry(probe.slots, probe.world_size, probe.witness, tuple(h.site for h in probe._holders[1:]))
+            geometry = Geometry(probe.slots, probe.world_size, probe.witness, tuple(h.site for h in probe._holders[1:]),
+                                probe.mesh_dims)
             backend = dist.get_backend() if is_distributed else "one process"
             origin = f"normcheck.torch.Probe on {type(probe.module).__name__}, PyTorch {torch.__version__}"
             made = document(parts, geometry, objective=objective, normalizer=normalizer,

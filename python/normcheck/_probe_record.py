@@ -36,6 +36,8 @@ class Geometry:
     witness: bool
     sites: Tuple[str, ...] = ()
     """The submodules with a probe parameter of their own, in order (p itself is the site ``""``)."""
+    mesh: Tuple[Tuple[str, int, str], ...] = ()
+    """The device mesh's dimensions as (name, size, role), ranks row-major; empty without a mesh."""
 
     @property
     def components(self) -> int:

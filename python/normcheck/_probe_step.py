@@ -183,6 +183,8 @@ class Microbatch:
         self.calls: List[Tuple[Union[int, torch.Tensor], torch.Tensor, Optional[torch.Tensor]]] = []
         self.running: Optional[torch.Tensor] = None  # valid tokens per group so far (kept for marked microbatches)
         self._counted: Optional[Tuple[List[int], List[int]]] = None
+        # call index → each position's position in its whole sequence (context parallelism: add(positions=))
+        self.positions: Dict[int, torch.Tensor] = {}
 
     def counts(self) -> Tuple[List[int], List[int]]:
         """(valid tokens, positions) per group, in group order."""
@@ -227,9 +229,44 @@ class Microbatch:
                 return {"sequences": token_lists}, {"sequences": weight_lists}
             return token_lists[0], weight_lists[0]
         compact = [dump.group(n, value=1, padding=size - n) for n, size in zip(valid, positions)]
+        if self.positions:
+            return {"sequences": self._slices(compact)}, None
         if self.sequences:
             return {"sequences": compact}, None
         return compact[0], None
+
+    def _slices(self, groups: List[Any]) -> List[Any]:
+        """Each group as a slice of its sequence: its key as the sequence's ID, the positions it holds as ranges."""
+        from . import dump
+
+        if len(self.positions) != len(self.calls):
+            raise StepError("positions= was given to some loss calls of a microbatch and not to others: a slice's "
+                            "positions must cover every token it holds")
+        if not self.sequences:
+            raise StepError("positions= needs the sequences of the microbatch (2-D labels, or sequence_ids=)")
+        if self.weighted:
+            raise StepError("weighted tokens in sequence slices are not written yet: positions= takes unweighted losses")
+        held: List[List[int]] = [[] for _ in self.slots]
+        for call, (index, _, _) in enumerate(self.calls):
+            where = self.positions[call].tolist()
+            groups_of = [index] * len(where) if isinstance(index, int) else index.to("cpu").tolist()
+            for g, position in zip(groups_of, where):
+                held[g].append(int(position))
+        key_of = {index: key for key, index in self.keys.items()}
+        written = []
+        for g, group in enumerate(groups):
+            ordered = sorted(held[g])
+            twice = next((a for a, b in zip(ordered, ordered[1:]) if a == b), None)
+            if twice is not None:
+                raise StepError(f"sequence {key_of[g]} holds position {twice} twice in one microbatch of this rank")
+            ranges: List[List[int]] = []
+            for position in ordered:
+                if ranges and position == ranges[-1][1]:
+                    ranges[-1][1] = position + 1
+                else:
+                    ranges.append([position, position + 1])
+            written.append(dump.sliced(group, sequence=str(key_of[g]), positions=ranges))
+        return written
 
 
 Keys = Union[None, Tuple[int, int], torch.Tensor]

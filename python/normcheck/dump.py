@@ -29,7 +29,7 @@ from .options import DTYPES, OBJECTIVES, REDUCERS
 __all__ = [
     "FORMAT", "DTYPES", "REDUCERS", "OBJECTIVES", "Literal", "exact", "literal", "tokens", "group", "sequences",
     "site", "observed", "document", "render", "write", "write_atomically", "token_values", "rank_part",
-    "build_document", "dump_update",
+    "build_document", "dump_update", "sliced",
 ]
 
 FORMAT = "normcheck/1"
@@ -146,7 +146,31 @@ def sequences(items: Sequence[Any]) -> Dict[str, Any]:
     return {"sequences": [_sequence(item, f"sequence {i}") for i, item in enumerate(listed)]}
 
 
+def sliced(item: Any, *, sequence: str, positions: Optional[Sequence[Sequence[int]]] = None) -> Dict[str, Any]:
+    """A slice of the sequence ``sequence`` (its ID) held on a context-parallel rank: ``item`` is its tokens
+    (a token list or a compact group from ``group()``), ``positions`` the half-open ranges ``[start, end]``
+    of positions it holds in the whole sequence, ascending (format.md, "Sequence slices")."""
+    result: Dict[str, Any] = {"sequence": str(sequence)}
+    if positions is not None:
+        ranges = [[int(start), int(end)] for start, end in positions]
+        if any(start >= end for start, end in ranges) or any(a[1] > b[0] for a, b in zip(ranges, ranges[1:])):
+            raise ValueError(f"slice {sequence!r}: positions are ascending ranges [start, end) with start < end")
+        result["positions"] = ranges
+    if isinstance(item, Mapping):
+        result.update(_compact(item, f"slice {sequence!r}"))
+    else:
+        result["targets"] = tokens(item)
+    return result
+
+
 def _sequence(item: Any, what: str) -> Any:
+    if isinstance(item, Mapping) and "sequence" in item:
+        unknown = set(item) - {"sequence", "positions", "targets", "count", "value", "padding"}
+        if unknown:
+            raise ValueError(f"{what}: a slice has sequence, positions and its tokens, not {sorted(unknown)}")
+        tokens_of = item["targets"] if "targets" in item else {k: item[k] for k in ("count", "value", "padding")
+                                                               if k in item}
+        return sliced(tokens_of, sequence=item["sequence"], positions=item.get("positions"))
     if isinstance(item, Mapping):
         return _compact(item, what)
     return tokens(item)
@@ -315,7 +339,8 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
              objective: Optional[str] = None, description: Optional[str] = None,
              expect: Optional[Mapping[str, Any]] = None, expect_error: Optional[str] = None,
              observed: Optional[Mapping[str, Any]] = None, expect_gate: Optional[Mapping[str, Any]] = None,
-             recipe: Optional[Mapping[str, str]] = None, normalizer: Any = None) -> Dict[str, Any]:
+             recipe: Optional[Mapping[str, str]] = None, normalizer: Any = None,
+             mesh: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
     """A normcheck/1 document (a dict of wire literals) from rank → microbatch → token values.
 
     ``ranks[r]`` is the list of rank r's microbatches in the order it accumulated them; a microbatch is
@@ -325,7 +350,9 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
     ``weights`` has the same shape (``None`` beside padding) and makes the objective
     ``weighted_token_mean`` unless ``objective`` says otherwise. ``observed`` comes from ``observed()``.
     ``expect`` maps gradient names to numbers or ``None``; ``expect_gate`` is ``{"verdict": ...,
-    "explanations": [...]}``; ``recipe`` is ``{"scale": "W / N", "reducer": "mean"}``.
+    "explanations": [...]}``; ``recipe`` is ``{"scale": "W / N", "reducer": "mean"}``. ``mesh`` lists the
+    device mesh's dimensions, ``{"name": "dp", "size": 2, "role": "data"}`` each (roles: data, sequence,
+    replica); the ranks are then in its row-major order and each gets its ``coords``.
     """
     if not ranks:
         raise ValueError("a document needs at least one rank")
@@ -356,6 +383,18 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
             rows = [_weights_like(w, b, f"rank {r}, microbatch {m}") for m, (w, b) in enumerate(zip(weights[r], batches))]
             rank["weights"] = rows[0] if len(batches) == 1 else rows
         written.append(rank)
+    if mesh is not None:
+        sizes = [_count(d["size"], "a mesh dimension's size") for d in mesh]
+        dims = [{"name": str(d["name"]), "size": size, "role": str(d["role"])} for d, size in zip(mesh, sizes)]
+        if math.prod(sizes) != len(written):
+            raise ValueError(f"the mesh's sizes {sizes} multiply to {math.prod(sizes)}, not the {len(written)} ranks")
+        result["mesh"] = {"dims": dims}
+        for r, rank in enumerate(written):
+            coords, rest = [], r
+            for size in reversed(sizes):
+                coords.append(rest % size)
+                rest //= size
+            rank["coords"] = coords[::-1]
     result["ranks"] = written
     if world_size is not None:
         result["world_size"] = _count(world_size, "world_size")

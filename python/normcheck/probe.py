@@ -23,6 +23,7 @@ output (routed by the forward hook), ``probe.fused_loss`` for a kernel that retu
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from fractions import Fraction
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
@@ -108,7 +109,8 @@ class Probe:
                  rank: Optional[int] = None,
                  dtype: Optional[torch.dtype] = None, name: str = DEFAULT_NAME, executable: Optional[str] = None,
                  directory: Optional[str] = None, description: Optional[str] = None, keep: bool = False,
-                 framework: Optional[Framework] = None) -> None:
+                 framework: Optional[Framework] = None, mesh: Any = None, sequence_dims: Sequence[str] = (),
+                 replica_dims: Sequence[str] = ()) -> None:
         """Registers p on ``module`` as ``name`` (and on every site) and hooks it up.
 
         ``slots``: the groups (microbatches and sequences) one rank may record per step; p has
@@ -129,10 +131,21 @@ class Probe:
         step, removed once it is judged unless ``keep=True``); ``description``: a line written into every
         dump. ``framework``: the framework the step runs in (``"transformers"``, ``"trl"``,
         ``"accelerate"``, ``"lightning"``), whose terms a failure's remedy is given in; the integrations
-        pass their own.
+        pass their own. ``mesh``: the ``DeviceMesh`` the step runs on (``init_device_mesh``, every dimension
+        named, ranks numbered row-major over the whole world); ``sequence_dims`` names its context-parallel
+        dimensions, whose ranks hold slices of the same sequences (give each token's position in its whole
+        sequence to ``add(..., positions=)``), ``replica_dims`` those whose ranks hold the same tokens; every
+        other dimension is a data dimension. The dump then carries the mesh, and normcheck names a count
+        reduced over the wrong dimensions in its terms.
         """
+        mesh_dims = self._mesh_dims(mesh, tuple(sequence_dims), tuple(replica_dims))
+        if mesh_dims and world_size is None:
+            world_size = math.prod(size for _, size, _ in mesh_dims)
         if world_size is None:
             world_size = dist.get_world_size() if gather.distributed() else 1
+        if mesh_dims and world_size != math.prod(size for _, size, _ in mesh_dims):
+            raise ProbeError(f"the mesh holds {math.prod(size for _, size, _ in mesh_dims)} ranks, not the world's "
+                             f"{world_size}: the probe judges the whole mesh")
         if dtype is None:
             dtype = default_dtype(module, world_size)
         if dtype not in (torch.float32, torch.float64):
@@ -163,6 +176,8 @@ class Probe:
         self.description = description
         self.keep = keep
         self.framework = framework
+        self.mesh_dims: Tuple[Tuple[str, int, str], ...] = mesh_dims
+        """The mesh's dimensions as (name, size, role), role data, sequence or replica; empty without a mesh."""
         self.components = slots * world_size * (2 if witness else 1)
         self._holders: List[Holder] = install(module, sites, name, self.components, dtype)
         self.parameter = self._holders[0].parameter
@@ -180,6 +195,40 @@ class Probe:
         self._reset()
 
     # -- construction helpers ---------------------------------------------------------------------
+
+    @staticmethod
+    def _mesh_dims(mesh: Any, sequence_dims: Tuple[str, ...],
+                   replica_dims: Tuple[str, ...]) -> Tuple[Tuple[str, int, str], ...]:
+        """The mesh's dimensions with their roles, checked; () without a mesh."""
+        if mesh is None:
+            if sequence_dims or replica_dims:
+                raise ProbeError("sequence_dims= and replica_dims= name dimensions of a mesh: pass mesh=")
+            return ()
+        names = getattr(mesh, "mesh_dim_names", None)
+        layout_of = getattr(mesh, "mesh", None)
+        if names is None or layout_of is None:
+            raise ProbeError("mesh= is a DeviceMesh with named dimensions: "
+                             "init_device_mesh(..., mesh_dim_names=(\"dp\", \"cp\"))")
+        names = tuple(str(n) for n in names)
+        unknown = [d for d in sequence_dims + replica_dims if d not in names]
+        if unknown:
+            raise ProbeError(f"the mesh has no dimension {unknown[0]!r}: its dimensions are {', '.join(names)}")
+        both = set(sequence_dims) & set(replica_dims)
+        if both:
+            raise ProbeError(f"dimension {sorted(both)[0]!r} cannot hold both slices and replicas")
+        ranks = [int(r) for r in layout_of.flatten().tolist()]
+        if ranks != list(range(len(ranks))):
+            raise ProbeError("the probe judges a mesh over the whole world, its ranks numbered row-major as "
+                             "init_device_mesh numbers them; this mesh holds ranks "
+                             f"{ranks[:8]}{'…' if len(ranks) > 8 else ''}")
+        dims = []
+        for name, size in zip(names, layout_of.shape):
+            role = "sequence" if name in sequence_dims else "replica" if name in replica_dims else "data"
+            if role == "replica" and int(size) > 1:
+                raise ProbeError(f"replica dimension {name!r}: ranks that hold the same tokens are not judged yet; "
+                                 "probe one replica group (a mesh without it)")
+            dims.append((name, int(size), role))
+        return tuple(dims)
 
     @staticmethod
     def _check_objective(objective: str, normalizer: Optional[Number]) -> None:
@@ -555,17 +604,36 @@ class Probe:
         totals = torch.bincount(components, weights=magnitudes, minlength=self.components)
         return torch.dot(self._vector(), totals).neg()
 
-    def add(self, per_token_loss: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
-            weights: Optional[torch.Tensor] = None, sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def add(self, per_token_loss: torch.Tensor, labels: Optional[torch.Tensor] = None, ignore_index: int = -100,
+            weights: Optional[torch.Tensor] = None, sequence_ids: Optional[torch.Tensor] = None, *,
+            positions: Optional[torch.Tensor] = None, term: Optional[str] = None) -> torch.Tensor:
         """The per-token loss with the probe term added on every valid token (label ≠ ignore_index).
 
         ``per_token_loss`` is shaped like ``labels`` (as ``cross_entropy(..., reduction='none')`` gives
-        it); padding gets no term. ``weights`` (shaped like ``labels``) are the per-token weights the
-        step's objective uses, if any (the dump is then a weighted one). ``sequence_ids`` (shaped like
-        ``labels``) names each token's sequence; otherwise sequences come from ``sequences()``, the
-        model's inputs or the rows of 2-D labels. Normalize the result exactly as the step normalizes
-        its loss.
+        it); padding gets no term. Without ``labels`` every position is a valid token. ``weights``
+        (shaped like ``labels``) are the per-token weights the step's objective uses, if any (the dump is
+        then a weighted one). ``sequence_ids`` (shaped like ``labels``) names each token's sequence;
+        otherwise sequences come from ``sequences()``, the model's inputs or the rows of 2-D labels.
+        ``positions`` (shaped like the loss, integers): on a mesh with sequence dimensions, each token's
+        position in its whole sequence; a sequence is then a slice, joined by normcheck with the slices of
+        the same sequence (the same row, or ID) on the other ranks of its context-parallel group.
+        ``term`` names an auxiliary loss term, which this version does not judge yet (ProbeError).
+        Normalize the result exactly as the step normalizes its loss.
         """
+        if term is not None:
+            raise ProbeError(f"term={term!r}: auxiliary loss terms are not judged yet; probe the main loss alone")
+        if labels is None:
+            labels = torch.zeros(per_token_loss.shape, dtype=torch.int64, device=per_token_loss.device)
+            ignore_index = -1
+        if positions is not None:
+            if not any(role == "sequence" for _, _, role in self.mesh_dims):
+                raise ProbeError("positions= are for context parallelism: construct the probe with mesh= and "
+                                 "sequence_dims=")
+            if tuple(positions.shape) != tuple(per_token_loss.shape):
+                raise ProbeError(f"positions of shape {tuple(positions.shape)} for a loss of shape "
+                                 f"{tuple(per_token_loss.shape)}: give one position per token")
+            if positions.is_floating_point() or positions.dtype == torch.bool:
+                raise ProbeError(f"positions are integers (each token's position in its sequence), not {positions.dtype}")
         earlier = self._probed.get(id(per_token_loss))
         if earlier is not None and earlier() is per_token_loss:
             raise ProbeError("this loss already carries the probe term: it came from the cross_entropy that "
@@ -582,8 +650,12 @@ class Probe:
                                                                                        device=weights.device))
         components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
                                                          per_token_loss.dtype)
-        term = self._per_position(components, magnitudes, witnessed)
-        return per_token_loss + term.to(device=per_token_loss.device, dtype=per_token_loss.dtype).view(per_token_loss.shape)
+        if positions is not None:
+            batch = self._microbatches[-1]
+            batch.positions[len(batch.calls) - 1] = positions.detach().reshape(-1).to("cpu", torch.int64)
+        probe_term = self._per_position(components, magnitudes, witnessed)
+        return per_token_loss + probe_term.to(device=per_token_loss.device,
+                                              dtype=per_token_loss.dtype).view(per_token_loss.shape)
 
     def log_probs(self, values: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
                   sequence_ids: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -278,6 +278,26 @@ def test_fields_of_issue_15_read_back_through_normcheck(tmp_path, executable):
     assert denominator and not denominator[0]["passed"], reports[str(divided)].get("error")
 
 
+def test_a_mesh_and_sequence_slices_read_back_through_normcheck(tmp_path, executable):
+    """dp 2 × cp 2: coords written row-major, zigzag slices joined into sequences; N counts each token once."""
+    mesh = [{"name": "dp", "size": 2, "role": "data"}, {"name": "cp", "size": 2, "role": "sequence"}]
+    ranks = [[dump.sequences([dump.sliced([1, 2], sequence="a", positions=[[0, 1], [3, 4]])])],
+             [dump.sequences([dump.sliced(dump.group(1, value=3, padding=1), sequence="a", positions=[[1, 3]])])],
+             [[5]], [[7, None]]]
+    document = dump.document(ranks, world_size=4, theta=0, mesh=mesh, expect={"global_mean": Fraction(-18, 5)})
+    assert [rank["coords"] for rank in document["ranks"]] == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    path = tmp_path / "mesh.json"
+    dump.write(path, document)
+    report = run_check(executable, path)[str(path)]
+    assert report["status"] == "pass", report.get("error") or report["failures"]
+    assert report["valid_tokens"] == 5 and report["world_size"] == 4
+    # Positions that are not ascending ranges, and a mesh that does not hold every rank, are refused here.
+    with pytest.raises(ValueError, match="ascending ranges"):
+        dump.sliced([1], sequence="a", positions=[[2, 3], [1, 2]])
+    with pytest.raises(ValueError, match="multiply to 2"):
+        dump.document([[[1]], [[2]], [[3]]], mesh=[{"name": "dp", "size": 2, "role": "data"}])
+
+
 def test_a_float16_reduced_gradient_declared_float32_fails(tmp_path, executable):
     """Why reduction_dtype exists: without it, the float16 rounding is far outside the float32 bound."""
     path = tmp_path / "float16-as-float32.json"

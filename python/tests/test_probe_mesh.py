@@ -1,0 +1,190 @@
+"""The probe on a DeviceMesh: dp 2 × cp 2 on four gloo ranks, each rank holding zigzag slices of its data
+group's sequences, measured with ``Probe(model, mesh=mesh, sequence_dims=("cp",))`` and
+``probe.add(per_token, labels, positions=pos)``.
+
+The model works token by token (an embedding and a linear head, no attention across ranks), so each CP
+rank's loss on its slices is exactly its share of the whole sequences' loss. Each loop divides the
+rank's loss sum by a count and DDP averages over all four ranks:
+
+- ``correct``: the valid tokens all-reduced over dp × cp, times W: the gate passes;
+- ``count_over_dp``: the count all-reduced over dp only (verl #5983): named ``count_over_data_dims``;
+- ``own_count``: each rank's own slices' count: named ``local_mean`` (and ``sum_of_microbatch_means``,
+  the same weights when a rank holds one microbatch).
+
+Every probed step's loss, gradients and SGD update are bitwise the unprobed step's. Needs DeviceMesh
+(torch 2.x): registered on the virtual environment's torch only.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+init_device_mesh = pytest.importorskip("torch.distributed.device_mesh").init_device_mesh
+
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from normcheck.launch import launch  # noqa: E402
+
+VOCAB, WIDTH, LENGTH, ROWS, CP = 11, 6, 8, 2, 2
+LOOPS = ("correct", "count_over_dp", "own_count")
+
+
+def whole_batch(dp):
+    """Data group dp's batch of whole sequences: tokens and labels (-100 where a position is padding)."""
+    generator = torch.Generator().manual_seed(100 + dp)
+    tokens = torch.randint(0, VOCAB, (ROWS, LENGTH), generator=generator)
+    labels = torch.randint(0, VOCAB, (ROWS, LENGTH), generator=generator)
+    # Uneven counts (13 and 15 valid tokens): data group 0 pads the tail of row 1, data group 1 the head of row 0.
+    if dp == 0:
+        labels[1, 5:] = -100
+    else:
+        labels[0, :1] = -100
+    return tokens, labels
+
+
+def zigzag(cp_rank):
+    """The positions CP rank cp_rank holds: chunks cp_rank and 2·CP − 1 − cp_rank of 2·CP chunks."""
+    chunk = LENGTH // (2 * CP)
+    held = []
+    for c in (cp_rank, 2 * CP - 1 - cp_rank):
+        held += list(range(c * chunk, (c + 1) * chunk))
+    return torch.tensor(held)
+
+
+class PerToken(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.head = torch.nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.embed(tokens)))
+
+
+def one_step(loop, mesh, probe_factory):
+    """One DDP step of `loop` on this rank; (loss, gradients, parameters after SGD, verdict or None)."""
+    torch.manual_seed(0)
+    model = PerToken()
+    probe = probe_factory(model, mesh=mesh, sequence_dims=("cp",)) if probe_factory else None
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
+    dp, cp = mesh.get_coordinate()
+    tokens, labels = whole_batch(dp)
+    held = zigzag(cp)
+    tokens, labels = tokens[:, held], labels[:, held]
+    positions = held.expand(ROWS, -1)
+
+    def loss_of():
+        logits = ddp(tokens)
+        per_token = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), reduction="none").view(ROWS, -1)
+        if probe:
+            per_token = probe.add(per_token, labels, positions=positions)
+        local_sum = per_token.sum()
+        count = (labels != -100).sum().to(torch.float64)
+        if loop == "correct":
+            dist.all_reduce(count)
+            return local_sum * dist.get_world_size() / count
+        if loop == "count_over_dp":
+            dist.all_reduce(count, group=mesh.get_group("dp"))
+            return local_sum * dist.get_world_size() / count
+        return local_sum / count
+
+    if probe:
+        with probe.step(wrap=False):
+            loss = loss_of()
+            loss.backward()
+        verdict = probe.judge(ddp)
+    else:
+        loss = loss_of()
+        loss.backward()
+        verdict = None
+    gradients = [p.grad.clone() for p in model.parameters() if not (probe and probe.is_probe(p))]
+    optimizer.step()
+    parameters = [p.detach().clone() for p in model.parameters() if not (probe and probe.is_probe(p))]
+    return loss.detach().clone(), gradients, parameters, verdict
+
+
+def every_loop(rank, world_size, probe):
+    mesh = init_device_mesh("cpu", (2, CP), mesh_dim_names=("dp", "cp"))
+    out = {}
+    for loop in LOOPS:
+        plain = one_step(loop, mesh, None)
+        probed = one_step(loop, mesh, probe)
+        same = all(torch.equal(a, b) for a, b in zip(plain[1] + plain[2], probed[1] + probed[2]))
+        verdict = probed[3]
+        out[loop] = {"bitwise": bool(torch.equal(plain[0], probed[0]) and same),
+                     "verdict": verdict.verdict, "explanations": verdict.explanations,
+                     "message": verdict.message if rank == 0 else ""}
+    return out
+
+
+_ranks = {}
+
+
+def ranks():
+    if "values" not in _ranks:
+        _ranks["values"] = launch(every_loop, 4, timeout=240)
+    return _ranks["values"]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_probed_step_is_bitwise_the_unprobed_one(loop):
+    assert all(values[loop]["bitwise"] for values in ranks())
+
+
+@pytest.mark.parametrize("loop, verdict, explanations", [
+    ("correct", "pass", ()),
+    ("count_over_dp", "fail", ("count_over_data_dims",)),
+    # One microbatch per rank: a microbatch's own mean is the rank's, told apart only by accumulating.
+    ("own_count", "fail", ("local_mean", "sum_of_microbatch_means")),
+])
+def test_the_gate_names_the_count_in_the_mesh_s_terms(loop, verdict, explanations):
+    first = ranks()[0][loop]
+    assert (first["verdict"], first["explanations"]) == (verdict, explanations), first["message"]
+    if loop == "count_over_dp":
+        assert "reduced over dp only, not over dp × cp" in first["message"]
+        assert "rank 1 (dp 0, cp 1)" in first["message"]
+
+
+class FakeMesh:
+    """What the probe reads of a DeviceMesh: its dimension names and its ranks' layout."""
+
+    def __init__(self, layout, names):
+        self.mesh = layout
+        self.mesh_dim_names = names
+
+
+def test_a_mesh_is_checked_when_the_probe_is_built():
+    from normcheck.probe import Probe, ProbeError
+
+    row_major = torch.arange(4).view(2, 2)
+    with pytest.raises(ProbeError, match="named dimensions"):
+        Probe(PerToken(), mesh=FakeMesh(row_major, None), world_size=4, rank=0)
+    with pytest.raises(ProbeError, match="no dimension 'sp'"):
+        Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("sp",), rank=0)
+    with pytest.raises(ProbeError, match="row-major"):
+        Probe(PerToken(), mesh=FakeMesh(row_major.t(), ("dp", "cp")), sequence_dims=("cp",), rank=0)
+    with pytest.raises(ProbeError, match="not judged yet"):
+        Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "tp")), replica_dims=("tp",), rank=0)
+    with pytest.raises(ProbeError, match="not the world's 2"):
+        Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("cp",), world_size=2, rank=0)
+    with pytest.raises(ProbeError, match="pass mesh="):
+        Probe(PerToken(), sequence_dims=("cp",))
+    probe = Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("cp",), rank=1)
+    assert probe.world_size == 4 and probe.mesh_dims == (("dp", 2, "data"), ("cp", 2, "sequence"))
+
+
+def test_positions_need_sequence_dimensions_and_terms_are_refused():
+    from normcheck.probe import Probe, ProbeError
+
+    plain = Probe(PerToken())
+    loss = torch.zeros(2, 3, requires_grad=True)
+    with pytest.raises(ProbeError, match="context parallelism"):
+        plain.add(loss, torch.zeros(2, 3, dtype=torch.int64), positions=torch.zeros(2, 3, dtype=torch.int64))
+    with pytest.raises(ProbeError, match="not judged yet"):
+        plain.add(loss, term="mtp")
+    sliced = Probe(PerToken(), mesh=FakeMesh(torch.arange(2).view(1, 2), ("dp", "cp")), sequence_dims=("cp",), rank=0)
+    with pytest.raises(ProbeError, match="one position per token"):
+        sliced.add(loss, positions=torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ProbeError, match="integers"):
+        sliced.add(loss, positions=torch.zeros(2, 3))
