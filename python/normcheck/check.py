@@ -134,7 +134,8 @@ class WeightRow:
     witness_agrees: bool = True
     """False when the witness shows the weight varies among the group's tokens."""
     coords: Optional[Tuple[int, ...]] = None
-    """The rank's coordinates in the dump's device mesh, in the order of its dimensions; None without a mesh."""
+    """The rank's coordinates in the dump's device mesh along its data and sequence dimensions, in their order
+    (replica dimensions left out: every replica holds the row); None without a mesh."""
 
 
 @dataclass(frozen=True)

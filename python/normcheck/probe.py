@@ -225,8 +225,9 @@ class Probe:
         for name, size in zip(names, layout_of.shape):
             role = "sequence" if name in sequence_dims else "replica" if name in replica_dims else "data"
             if role == "replica" and int(size) > 1:
-                raise ProbeError(f"replica dimension {name!r}: ranks that hold the same tokens are not judged yet; "
-                                 "probe one replica group (a mesh without it)")
+                raise ProbeError(f"replica dimension {name!r}: the probe does not measure replicas yet (a dump "
+                                 "that lists them is judged: format.md, Replicas); probe one replica group, a mesh "
+                                 "without it")
             dims.append((name, int(size), role))
         return tuple(dims)
 

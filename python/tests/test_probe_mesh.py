@@ -164,7 +164,7 @@ def test_a_mesh_is_checked_when_the_probe_is_built():
         Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("sp",), rank=0)
     with pytest.raises(ProbeError, match="row-major"):
         Probe(PerToken(), mesh=FakeMesh(row_major.t(), ("dp", "cp")), sequence_dims=("cp",), rank=0)
-    with pytest.raises(ProbeError, match="not judged yet"):
+    with pytest.raises(ProbeError, match="does not measure replicas yet"):
         Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "tp")), replica_dims=("tp",), rank=0)
     with pytest.raises(ProbeError, match="not the world's 2"):
         Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("cp",), world_size=2, rank=0)

@@ -49,6 +49,17 @@ void print_text(std::ostream& out, const file_report& report) {
   if (update.objective == objective_kind::constant)
     out << ", objective constant, C = " << shorten(to_string(update.normalizer));
   out << "\n";
+  if (!update.mesh.empty()) {
+    // The mesh, and where replicas stand: the update's W counts the ranks that hold distinct tokens.
+    out << "      mesh";
+    for (std::size_t d = 0; d < update.mesh.size(); ++d)
+      out << (d ? " × " : " ") << update.mesh[d].name << " " << update.mesh[d].size << " ("
+          << mesh_role_name(update.mesh[d].role) << ")";
+    if (update.mesh_extent(mesh_role::replica) > 1)
+      out << "; the ranks of " << update.mesh_names(mesh_role::replica) << " are replicas: W and the ranks below count "
+          << "each set of replicas once";
+    out << "\n";
+  }
   const objective_units units(update, update.objective);
   constexpr std::size_t shown_ranks = 16;
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {
@@ -57,7 +68,7 @@ void print_text(std::ostream& out, const file_report& report) {
       break;
     }
     const rank_stats& rank = update.ranks[r];
-    out << "      rank " << r << ": n = " << rank.valid_tokens();
+    out << "      rank " << update.listed_rank(r) << ": n = " << rank.valid_tokens();
     if (rank.padding() > 0) out << " (+" << rank.padding() << " padding)";
     if (weighted) out << ", m = " << shorten(to_string(rank.mass()));
     if (rank.microbatches.size() > 1) out << " in " << rank.microbatches.size() << " microbatches";

@@ -162,6 +162,12 @@ std::optional<rational> over_sequence_dims_only(const objective_units& units, co
   return quotient(rational(units.update().mesh_extent(mesh_role::sequence)), units.over_sequence_dims(at.rank));
 }
 
+std::optional<rational> replicas_counted(const objective_units& units, const group_ref&) {
+  const std::uint64_t replicas = units.update().mesh_extent(mesh_role::replica);
+  if (replicas < 2) return std::nullopt;
+  return quotient(reducer_compensation(units), units.total() * replicas);
+}
+
 std::optional<rational> before_sequence_sharding(const objective_units& units, const group_ref&) {
   if (!sliced(units)) return std::nullopt;
   return quotient(reducer_compensation(units), units.total() * units.update().mesh_extent(mesh_role::sequence));
@@ -198,7 +204,7 @@ constexpr std::array<normalization, 6> report_table{{
      .remedy = "the denominator must be the valid tokens of the whole update, not of each microbatch"},
 }};
 
-constexpr std::array<normalization, 11> diagnosed_table{{
+constexpr std::array<normalization, 12> diagnosed_table{{
     {.name = "sum_of_microbatch_means", .formula = "Σₘ Sᵣₘ/{Drm}", .denominator = "{Drm}", .level = scope::microbatch,
      .coefficient = per_microbatch_summed,
      .computed = "each microbatch backpropagated its own mean and the accumulation did not divide by the number of "
@@ -264,6 +270,12 @@ constexpr std::array<normalization, 11> diagnosed_table{{
                   "as it would be with the loss averaged over {sequence} once too often",
      .remedy = "count the tokens each rank holds after the split, or sum the whole sequences' counts over {data} "
                "only"},
+    {.name = "count_with_replicas", .formula = "W·Sᵣ/({TP}·{D})", .denominator = "{TP}·{D}", .level = scope::update,
+     .coefficient = replicas_counted,
+     .computed = "the count was reduced over every rank of the mesh, {replica} included: the ranks of {replica} "
+                 "hold the same tokens, so each token was counted {TP} times",
+     .why_wrong = "the denominator is {TP} times the update's, so the gradient is the objective's divided by {TP}",
+     .remedy = "reduce the count over {mesh} only, the ranks that hold distinct tokens (or divide it by {TP})"},
 }};
 
 }  // namespace
@@ -381,11 +393,14 @@ std::string why_wrong(const normalization& n, reducer_kind reducer) {
 std::string mesh_spelled(std::string_view text, const partition& update) {
   const std::string data = update.mesh_names(mesh_role::data);
   const std::string sequence = update.mesh_names(mesh_role::sequence);
-  const std::array<std::pair<std::string_view, std::string>, 4> slots{{
+  const std::string replica = update.mesh_names(mesh_role::replica);
+  const std::array<std::pair<std::string_view, std::string>, 6> slots{{
       {"{data}", data.empty() ? "the data dimensions" : data},
       {"{sequence}", sequence.empty() ? "the sequence dimensions" : sequence},
       {"{mesh}", data.empty() || sequence.empty() ? data + sequence : data + " × " + sequence},
       {"{CP}", std::to_string(update.mesh_extent(mesh_role::sequence))},
+      {"{replica}", replica.empty() ? "the replica dimensions" : replica},
+      {"{TP}", std::to_string(update.mesh_extent(mesh_role::replica))},
   }};
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
@@ -402,7 +417,8 @@ std::string mesh_spelled(std::string_view text, const partition& update) {
 
 std::string spelled(std::string_view text, const objective_units& units) {
   if (text.find("{data}") != std::string_view::npos || text.find("{sequence}") != std::string_view::npos ||
-      text.find("{CP}") != std::string_view::npos)
+      text.find("{CP}") != std::string_view::npos || text.find("{TP}") != std::string_view::npos ||
+      text.find("{replica}") != std::string_view::npos)
     return spelled(mesh_spelled(text, units.update()), units);
   std::string out;
   for (std::size_t i = 0; i < text.size();) {

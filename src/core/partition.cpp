@@ -199,10 +199,12 @@ std::uint64_t partition::mesh_extent(mesh_role role) const {
 std::uint64_t partition::mesh_index(std::size_t rank, mesh_role role) const {
   if (mesh.empty()) return role == mesh_role::data ? rank : 0;
   // Row-major: the last dimension varies fastest. The index keeps the dimensions' order.
+  // `ranks` holds the first of each set of replicas: they are numbered row-major over the other dimensions.
   std::uint64_t index = 0;
   std::uint64_t scale = 1;
   std::uint64_t rest = rank;
   for (std::size_t d = mesh.size(); d-- > 0;) {
+    if (mesh[d].role == mesh_role::replica) continue;
     const std::uint64_t coordinate = rest % mesh[d].size;
     rest /= mesh[d].size;
     if (mesh[d].role != role) continue;
@@ -210,6 +212,42 @@ std::uint64_t partition::mesh_index(std::size_t rank, mesh_role role) const {
     scale *= mesh[d].size;
   }
   return index;
+}
+
+std::uint64_t partition::listed_rank(std::size_t rank) const {
+  // Rank `rank`'s coordinates over the dimensions that are not replicas, written row-major over all of
+  // them with every replica coordinate 0.
+  std::uint64_t listed = 0;
+  std::uint64_t scale = 1;
+  std::uint64_t rest = rank;
+  for (std::size_t d = mesh.size(); d-- > 0;) {
+    if (mesh[d].role != mesh_role::replica) {
+      listed += (rest % mesh[d].size) * scale;
+      rest /= mesh[d].size;
+    }
+    scale *= mesh[d].size;
+  }
+  return mesh.empty() ? rank : listed;
+}
+
+std::string_view mesh_role_name(mesh_role role) noexcept {
+  switch (role) {
+    case mesh_role::data: return "data";
+    case mesh_role::sequence: return "sequence";
+    case mesh_role::replica: return "replica";
+  }
+  return "data";
+}
+
+std::uint64_t partition::first_replica(std::uint64_t listed) const {
+  std::uint64_t first = 0;
+  std::uint64_t scale = 1;
+  for (std::size_t d = mesh.size(); d-- > 0;) {
+    if (mesh[d].role != mesh_role::replica) first += (listed % mesh[d].size) * scale;
+    listed /= mesh[d].size;
+    scale *= mesh[d].size;
+  }
+  return mesh.empty() ? listed : first;
 }
 
 std::string partition::mesh_names(mesh_role role) const {

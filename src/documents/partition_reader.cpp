@@ -146,6 +146,7 @@ public:
                  world_size_offset);
     check_mesh();
     check_slices();
+    collapse_replicas();
     check_weighting();
     check_objective();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
@@ -251,12 +252,7 @@ private:
                    at);
     }
     for (const mesh_dim& dim : file_.update.mesh) {
-      if (dim.size == 1 || dim.role == mesh_role::data) continue;
-      if (dim.role == mesh_role::replica)
-        json_.fail(error_code::schema_error,
-                   "mesh dimension \"" + dim.name + "\" has the role replica, which this normcheck does not judge yet: "
-                   "list one rank per replica group",
-                   *mesh_offset_);
+      if (dim.size == 1 || dim.role != mesh_role::sequence) continue;
       if (counts_sequences(file_.update.objective))
         json_.fail(error_code::schema_error,
                    "mesh dimension \"" + dim.name + "\" has the role sequence, whose slices this normcheck does not yet "
@@ -288,7 +284,10 @@ private:
     if (json_.peek() != json_kind::array) json_.fail_type("ranks", "an array with one object per rank");
     const std::uint64_t offset = json_.value_offset();
     json_.begin_array();
-    while (json_.next_element()) file_.update.ranks.push_back(read_rank());
+    while (json_.next_element()) {
+      rank_offsets_.push_back(json_.value_offset());
+      file_.update.ranks.push_back(read_rank());
+    }
     if (file_.update.ranks.empty())
       json_.fail(error_code::schema_error, "ranks must not be empty: list every rank of the reduction", offset);
   }
@@ -756,6 +755,7 @@ private:
     std::map<std::tuple<std::vector<std::uint64_t>, std::size_t, std::string>,
              std::map<std::uint64_t, std::pair<std::uint64_t, std::size_t>>> held;
     for (const sequence_slice& slice : slices_) {
+      if (file_.update.first_replica(slice.rank) != slice.rank) continue;  // a replica's slices repeat its first's
       auto& ranges = held[{data_coords(slice.rank), slice.microbatch, slice.id}];
       for (const position_range& range : slice.positions) {
         auto after = ranges.lower_bound(range.end);
@@ -771,6 +771,57 @@ private:
       }
       for (const position_range& range : slice.positions) ranges[range.start] = {range.end, slice.rank};
     }
+  }
+
+  // Ranks along a replica dimension hold the same tokens: each is compared with the first of its replicas,
+  // and the update keeps the first ones only, so that N counts every token once.
+  void collapse_replicas() {
+    if (file_.update.mesh_extent(mesh_role::replica) < 2) return;
+    std::vector<rank_stats> firsts;
+    std::map<std::size_t, std::size_t> kept;  // listed rank of a first replica → its index in `firsts`
+    for (std::size_t r = 0; r < file_.update.ranks.size(); ++r) {
+      const std::size_t first = file_.update.first_replica(r);
+      if (first == r) {
+        kept[r] = firsts.size();
+        firsts.push_back(std::move(file_.update.ranks[r]));
+      } else if (const std::optional<std::string> where = first_difference(firsts[kept.at(first)], file_.update.ranks[r])) {
+        json_.fail(error_code::schema_error,
+                   "rank " + std::to_string(r) + " is a replica of rank " + std::to_string(first) + " along " +
+                       file_.update.mesh_names(mesh_role::replica) + " but holds other tokens (" + *where +
+                       "): the ranks of a replica dimension hold the same tokens",
+                   rank_offsets_[r]);
+      }
+    }
+    file_.update.ranks = std::move(firsts);
+  }
+
+  // Where two ranks' tokens differ ("microbatch 1, sequence 0: 3 valid tokens against 4"); nullopt where every
+  // microbatch and group has the same counts and sums.
+  static std::optional<std::string> first_difference(const rank_stats& first, const rank_stats& other) {
+    if (first.microbatches.size() != other.microbatches.size())
+      return std::to_string(other.microbatches.size()) + " microbatches against " +
+             std::to_string(first.microbatches.size());
+    auto same = [](const group_stats& a, const group_stats& b) {
+      return a.valid_tokens == b.valid_tokens && a.padding == b.padding && a.target_sum() == b.target_sum() &&
+             a.target_abs_sum() == b.target_abs_sum() && a.weighted() == b.weighted() && a.mass() == b.mass() &&
+             a.weighted_target_sum() == b.weighted_target_sum();
+    };
+    for (std::size_t m = 0; m < first.microbatches.size(); ++m) {
+      const microbatch_stats& a = first.microbatches[m];
+      const microbatch_stats& b = other.microbatches[m];
+      const std::string where = "microbatch " + std::to_string(m);
+      if (a.group_count() != b.group_count() || a.sequences.has_value() != b.sequences.has_value())
+        return where + ": " + std::to_string(b.group_count()) + " groups against " + std::to_string(a.group_count());
+      if (!same(a, b))
+        return where + (b.valid_tokens == a.valid_tokens && b.padding == a.padding
+                            ? std::string(": other target values")
+                            : ": " + std::to_string(b.valid_tokens) + " valid and " + std::to_string(b.padding) +
+                                  " padded positions against " + std::to_string(a.valid_tokens) + " and " +
+                                  std::to_string(a.padding));
+      for (std::size_t g = 0; a.sequences && g < a.group_count(); ++g)
+        if (!same(a.group(g), b.group(g))) return where + ", sequence " + std::to_string(g) + ": other tokens";
+    }
+    return std::nullopt;
   }
 
   // A rank's coordinates along the mesh's dimensions other than the sequence ones.
@@ -928,6 +979,7 @@ private:
   std::vector<std::pair<std::size_t, std::uint64_t>> coords_;          // each rank giving `coords`, and where
   std::map<std::size_t, std::vector<std::uint64_t>> given_coords_;     // those coordinates
   std::vector<sequence_slice> slices_;                                 // every sequence slice, in file order
+  std::vector<std::uint64_t> rank_offsets_;                            // where each listed rank starts
   partition_file file_;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"

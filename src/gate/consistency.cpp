@@ -53,7 +53,7 @@ void check_divisors(const partition& update, const observed_result& observed, st
     for (std::size_t m = 0; m < update.ranks[r].microbatches.size(); ++m) {
       const rational& divisor = divisors.size() == 1 ? divisors.front() : divisors[m];
       if (divisor == expected) continue;
-      std::string problem = "rank " + std::to_string(r) +
+      std::string problem = "rank " + std::to_string(update.listed_rank(r)) +
                             (divisors.size() == 1 ? "" : ", microbatch " + std::to_string(m)) + " divided by " +
                             on_screen(divisor) + ", not by the update's " + (weighted ? "M = " : "N = ") +
                             on_screen(expected);
@@ -111,7 +111,7 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   for (std::size_t r = 0; r < observed.rank_masses.size(); ++r) {
     const rational mass = update.ranks[r].mass();
     if (observed.rank_masses[r] == mass) continue;
-    problems.push_back("rank " + std::to_string(r) + " summed its weights to " + on_screen(observed.rank_masses[r]) +
+    problems.push_back("rank " + std::to_string(update.listed_rank(r)) + " summed its weights to " + on_screen(observed.rank_masses[r]) +
                        " but they sum to " + on_screen(mass));
   }
   const std::uint64_t valid_tokens = update.valid_tokens();
@@ -126,7 +126,7 @@ gate_check check_denominators(const partition& update, const observed_result& ob
     if (difference > 0 && static_cast<std::uint64_t>(difference) == padding)
       problem += "it counts " + positions(padding) + " that hold no valid token (padding or ignored labels)";
     else if (local != update.ranks.end() && update.world_size() > 1)
-      problem += "it is rank " + std::to_string(local - update.ranks.begin()) +
+      problem += "it is rank " + std::to_string(update.listed_rank(static_cast<std::size_t>(local - update.ranks.begin()))) +
                  "'s local count, not the count of all ranks (all-reduce the count before dividing)";
     else
       problem += "it counts " + count_difference(difference) + " the file's valid tokens";
@@ -137,7 +137,7 @@ gate_check check_denominators(const partition& update, const observed_result& ob
     const std::uint64_t reported = observed.rank_tokens[r];
     if (reported == rank.valid_tokens()) continue;
     const auto difference = static_cast<std::int64_t>(reported) - static_cast<std::int64_t>(rank.valid_tokens());
-    std::string problem = "rank " + std::to_string(r) + " counted " + std::to_string(reported) + " tokens but holds " +
+    std::string problem = "rank " + std::to_string(update.listed_rank(r)) + " counted " + std::to_string(reported) + " tokens but holds " +
                           std::to_string(rank.valid_tokens()) + " valid ones: ";
     if (difference > 0 && static_cast<std::uint64_t>(difference) == rank.padding())
       problem += "its count includes " + positions(rank.padding()) + " that hold no valid token";

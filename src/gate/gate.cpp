@@ -113,7 +113,7 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
     replicas.passed = false;
     replicas.detail = std::move(*difference);
   } else {
-    replicas.detail = "all " + std::to_string(update.world_size()) + " ranks hold the same vector of " +
+    replicas.detail = "all " + std::to_string(update.listed_ranks()) + " ranks hold the same vector of " +
                       std::to_string(update.group_count()) + " groups";
   }
   result.checks.push_back(std::move(replicas));
@@ -190,7 +190,7 @@ gate_result run_gate(const partition& update, const observed_result& observed) {
   if (observed.groups) return run_group_gate(update, observed);
   gate_result result = started(update, observed);
 
-  result.checks.push_back(check_replicas(observed, update.world_size()));
+  result.checks.push_back(check_replicas(observed, update.listed_ranks()));
   result.checks.push_back(check_denominators(update, observed));
 
   const rational* number = std::get_if<rational>(&result.observed);

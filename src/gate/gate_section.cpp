@@ -126,24 +126,31 @@ std::string weight_text(const std::optional<rational>& value) {
   return value ? on_screen(*value) + " ≈ " + approximate(*value) : std::string("—");
 }
 
-// Rank r's coordinate along each mesh dimension, in the mesh's order (row-major numbering).
+// Rank r's coordinate along each mesh dimension that is not a replica dimension, in the mesh's order (its
+// replicas hold the same row).
 std::vector<std::uint64_t> mesh_coordinates(const partition& update, std::size_t rank) {
-  std::vector<std::uint64_t> coords(update.mesh.size());
+  std::vector<std::uint64_t> coords;
+  std::uint64_t listed = update.listed_rank(rank);
   for (std::size_t d = update.mesh.size(); d-- > 0;) {
-    coords[d] = rank % update.mesh[d].size;
-    rank /= update.mesh[d].size;
+    if (update.mesh[d].role != mesh_role::replica) coords.insert(coords.begin(), listed % update.mesh[d].size);
+    listed /= update.mesh[d].size;
   }
   return coords;
 }
 
-// "rank 1, mb 0, seq 2"; on a mesh "rank 1 (dp 0, cp 1), mb 0".
+// "rank 1, mb 0, seq 2"; on a mesh "rank 1 (dp 0, cp 1), mb 0", the rank numbered as in the whole mesh.
 std::string place_text(const weight_row& row, const partition& update) {
   std::string coords;
   const std::vector<std::uint64_t> at = mesh_coordinates(update, row.where.rank);
-  for (std::size_t d = 0; d < at.size(); ++d)
-    coords += (d ? ", " : " (") + update.mesh[d].name + " " + std::to_string(at[d]) + (d + 1 == at.size() ? ")" : "");
-  return "rank " + std::to_string(row.where.rank) + coords + ", mb " + std::to_string(row.where.microbatch) +
-         (row.sequence ? ", seq " + std::to_string(row.where.group) : "");
+  std::size_t k = 0;
+  for (const mesh_dim& dim : update.mesh) {
+    if (dim.role == mesh_role::replica) continue;
+    coords += (k ? ", " : " (") + dim.name + " " + std::to_string(at[k]);
+    ++k;
+  }
+  if (k) coords += ")";
+  return "rank " + std::to_string(update.listed_rank(row.where.rank)) + coords + ", mb " +
+         std::to_string(row.where.microbatch) + (row.sequence ? ", seq " + std::to_string(row.where.group) : "");
 }
 
 // The weight table for a screen: one row per group, the first ones when there are many.
@@ -190,7 +197,7 @@ void write_weights(json_writer& json, const group_judgement& judgement, const pa
     const weight_row& row = rows[i];
     json.begin_object()
         .member("group", static_cast<std::uint64_t>(i))
-        .member("rank", static_cast<std::uint64_t>(row.where.rank))
+        .member("rank", update.listed_rank(row.where.rank))
         .member("microbatch", static_cast<std::uint64_t>(row.where.microbatch));
     if (!update.mesh.empty()) {
       json.key("coords").numbers(mesh_coordinates(update, row.where.rank));
@@ -453,7 +460,7 @@ void gate_section::read_expectation(field_reader& in) {
 void gate_section::settle(const partition_file& document, field_reader& in) {
   if (!observed_) return;
   const observed_result& observed = *observed_;
-  const std::uint64_t ranks = document.update.world_size();
+  const std::uint64_t ranks = document.update.listed_ranks();
   auto one_per_rank = [&](std::size_t given, std::string_view what, std::string_view unit) {
     if (given != 0 && given != ranks)
       in.fail(error_code::schema_error,
@@ -474,6 +481,7 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
             "observed.tokens.divided_by has " + std::to_string(observed.divided_by.size()) + " divisors for " +
                 std::to_string(ranks) + " ranks: give one per rank",
             divided_by_offset_);
+  fold_replicas(document.update, in);
   for (std::size_t r = 0; r < observed.divided_by.size(); ++r) {
     const std::size_t given = observed.divided_by[r].size();
     const std::size_t microbatches = document.update.ranks[r].microbatches.size();
@@ -486,12 +494,35 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
   }
 }
 
+void gate_section::fold_replicas(const partition& update, field_reader& in) {
+  if (update.mesh_extent(mesh_role::replica) < 2) return;
+  observed_result& observed = *observed_;
+  auto fold = [&](auto& values, std::string_view what, std::uint64_t offset) {
+    if (values.empty()) return;
+    for (std::uint64_t q = 0; q < values.size(); ++q) {
+      const std::uint64_t first = update.first_replica(q);
+      if (values[q] != values[first])
+        in.fail(error_code::schema_error,
+                std::string(what) + " gives rank " + std::to_string(q) + " another value than rank " +
+                    std::to_string(first) + ", its replica along " + update.mesh_names(mesh_role::replica) +
+                    ": replicas hold the same tokens, so they count them alike",
+                offset);
+    }
+    std::remove_reference_t<decltype(values)> firsts;
+    for (std::size_t r = 0; r < update.ranks.size(); ++r) firsts.push_back(values[update.listed_rank(r)]);
+    values = std::move(firsts);
+  };
+  fold(observed.rank_tokens, "observed.tokens.per_rank", observed_offset_);
+  fold(observed.rank_masses, "observed.mass.per_rank", observed_offset_);
+  fold(observed.divided_by, "observed.tokens.divided_by", divided_by_offset_);
+}
+
 // A per-group measurement: one vector per rank (or one for all), each with one value per group of the
 // update; the witness shaped alike and only for unweighted tokens; every site alike.
 void gate_section::settle_groups(const partition_file& document, field_reader& in) const {
   const observed_result& observed = *observed_;
   const std::uint64_t groups = document.update.group_count();
-  const std::uint64_t ranks = document.update.world_size();
+  const std::uint64_t ranks = document.update.listed_ranks();
   auto shaped = [&](const std::vector<observed_vector>& vectors, bool per_rank, const std::string& what,
                     std::uint64_t offset) {
     if (per_rank && vectors.size() != ranks)

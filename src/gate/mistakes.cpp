@@ -113,9 +113,11 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
     factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()), std::move(words.computed),
                        std::move(words.why_wrong)});
   }
-  // The sequence dimensions' size, where it is not already a factor above (their size equal to W or G).
-  if (const std::string cp = sequence_factor_name(update); !cp.empty()) {
-    const rational extent{update.mesh_extent(mesh_role::sequence)};
+  // The sequence and replica dimensions' sizes, where they are not already a factor above (equal to W or G).
+  for (const mesh_role role : {mesh_role::sequence, mesh_role::replica}) {
+    const std::string cp = mesh_factor_name(update, role);
+    if (cp.empty()) continue;
+    const rational extent{update.mesh_extent(role)};
     for (const bool divided : {true, false}) {
       const std::string label = (divided ? "/" : "×") + cp;
       rational factor = divided ? 1 / extent : extent;
@@ -136,12 +138,12 @@ std::vector<std::string> empty_places(const partition& update) {
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {
     const rank_stats& rank = update.ranks[r];
     if (rank.mass() == 0) {
-      places.push_back("rank " + std::to_string(r) + (rank.microbatches.size() > 1 ? " (every microbatch)" : ""));
+      places.push_back("rank " + std::to_string(update.listed_rank(r)) + (rank.microbatches.size() > 1 ? " (every microbatch)" : ""));
       continue;
     }
     for (std::size_t m = 0; m < rank.microbatches.size(); ++m)
       if (rank.microbatches[m].mass() == 0)
-        places.push_back("rank " + std::to_string(r) + ", microbatch " + std::to_string(m));
+        places.push_back("rank " + std::to_string(update.listed_rank(r)) + ", microbatch " + std::to_string(m));
   }
   return places;
 }
@@ -204,7 +206,14 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
   return candidates;
 }
 
-std::string correct_instead(const partition& update) { return instead_text(update.reducer, update.objective); }
+std::string correct_instead(const partition& update) {
+  std::string instead = instead_text(update.reducer, update.objective);
+  if (update.mesh_extent(mesh_role::replica) > 1)
+    instead += mesh_spelled("; on this mesh W = " + std::to_string(update.world_size()) +
+                                " counts the ranks of {mesh}, and N each token once, not once per {replica} replica",
+                            update);
+  return instead;
+}
 
 std::optional<explanation> mean_over_nothing(const partition& update) { return mean_of_empty(update, correct_instead(update)); }
 
@@ -235,6 +244,29 @@ constexpr std::array<named_words, 8> factor_table{{
     {"×W/G", "multiplied by W and divided by G", "a world-size factor too many and a division by G too many"},
     {"×G/W", "multiplied by G and divided by W",
      "the division by G is missing and the reducer's division by W was not compensated"},
+}};
+
+// The factors equal to a mesh dimension's size, by role and direction, in the mesh's words (mesh_spelled).
+struct mesh_factor_words {
+  mesh_role role;
+  bool divided;
+  std::string_view computed;
+  std::string_view why_wrong;
+};
+
+constexpr std::array<mesh_factor_words, 4> mesh_factor_table{{
+    {mesh_role::replica, true, "divided by {TP}, the size of {replica}",
+     "each token was counted on every {replica} rank: the ranks of {replica} hold the same tokens, so a count "
+     "reduced over them counts each {TP} times"},
+    {mesh_role::replica, false, "multiplied by {TP}, the size of {replica}",
+     "the loss was scaled by the size of {replica}, whose ranks hold the same tokens and do not average the loss: "
+     "only the ranks of {mesh} do"},
+    {mesh_role::sequence, true, "divided by {CP}, the size of {sequence}",
+     "the loss was averaged over {sequence} once too often, or each token was counted on every {sequence} rank: "
+     "the ranks of {sequence} hold slices of the same sequences, whose gradients the reducer already adds"},
+    {mesh_role::sequence, false, "multiplied by {CP}, the size of {sequence}",
+     "a compensation for {sequence} applied where nothing divides by it, or a count reduced over {data} only that "
+     "left out the other {sequence} ranks' tokens"},
 }};
 
 // What the per-group gate recognizes beyond the strategy table's normalizations: weights of another
@@ -290,9 +322,9 @@ std::string with_declared(std::string_view text, objective_kind declared) {
 
 }  // namespace
 
-std::string sequence_factor_name(const partition& update) {
-  if (update.mesh_extent(mesh_role::sequence) < 2) return {};
-  std::string names = update.mesh_names(mesh_role::sequence);
+std::string mesh_factor_name(const partition& update, mesh_role role) {
+  if (update.mesh_extent(role) < 2) return {};
+  std::string names = update.mesh_names(role);
   if (names.find(' ') == std::string::npos) return names;
   for (std::size_t at; (at = names.find(" × ")) != std::string::npos;) names.replace(at, std::string_view(" × ").size(), "·");
   return "(" + names + ")";
@@ -301,18 +333,10 @@ std::string sequence_factor_name(const partition& update) {
 mistake_words factor_words(std::string_view label, const partition& update) {
   if (const named_words* known = lookup(factor_table, label))
     return {std::string(known->computed), std::string(known->why_wrong)};
-  if (const std::string cp = sequence_factor_name(update); !cp.empty()) {
-    if (label == "/" + cp)
-      return {mesh_spelled("divided by {CP}, the size of {sequence}", update),
-              mesh_spelled("the loss was averaged over {sequence} once too often, or each token was counted on every "
-                           "{sequence} rank: the ranks of {sequence} hold slices of the same sequences, whose "
-                           "gradients the reducer already adds",
-                           update)};
-    if (label == "×" + cp)
-      return {mesh_spelled("multiplied by {CP}, the size of {sequence}", update),
-              mesh_spelled("a compensation for {sequence} applied where nothing divides by it, or a count reduced "
-                           "over {data} only that left out the other {sequence} ranks' tokens",
-                           update)};
+  for (const mesh_factor_words& known : mesh_factor_table) {
+    const std::string name = mesh_factor_name(update, known.role);
+    if (!name.empty() && label == (known.divided ? "/" : "×") + name)
+      return {mesh_spelled(known.computed, update), mesh_spelled(known.why_wrong, update)};
   }
   const std::string text(label);
   const std::string how = label.front() == '/' ? "divided by " + text.substr(1) : "multiplied by " + text.substr(std::string_view("×").size());

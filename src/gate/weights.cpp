@@ -213,6 +213,7 @@ struct factor_form {
   int g = 0;
   rational constant{1};
   int s = 0;
+  int t = 0;  // TP^t, TP the replica dimensions' size
 };
 
 // A weight table a candidate computation would produce, with its name and words, and how to produce it on
@@ -307,6 +308,11 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
     if (form.s > 0) value *= cp;
     else value /= cp;
   }
+  const rational tp{update.mesh_extent(mesh_role::replica)};
+  for (int i = 0; i < std::abs(form.t); ++i) {
+    if (form.t > 0) value *= tp;
+    else value /= tp;
+  }
   if (form.g != 0) {
     const std::uint64_t g = update.common_accumulation();
     if (g == 0) return std::nullopt;
@@ -328,6 +334,7 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     int g;
     std::string text;
     int s = 0;
+    int t = 0;
   };
   std::vector<symbolic> forms;
   if (update.world_size() > 1) forms.push_back({1, 0, "×W"}), forms.push_back({-1, 0, "/W"});
@@ -341,13 +348,23 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
       forms.push_back({-1, 1, "×G/W"});
     }
   }
-  if (const std::string cp = sequence_factor_name(update); !cp.empty()) {
+  const std::string cp = mesh_factor_name(update, mesh_role::sequence);
+  const std::string tp = mesh_factor_name(update, mesh_role::replica);
+  if (!cp.empty()) {
     forms.push_back({0, 0, "×" + cp, 1});
     forms.push_back({0, 0, "/" + cp, -1});
   }
+  if (!tp.empty()) {
+    forms.push_back({0, 0, "×" + tp, 0, 1});
+    forms.push_back({0, 0, "/" + tp, 0, -1});
+  }
+  if (!cp.empty() && !tp.empty()) {  // a loss scaled by TP·CP (every model-parallel rank counted as a replica)
+    forms.push_back({0, 0, "×(" + cp + "·" + tp + ")", 1, 1});
+    forms.push_back({0, 0, "/(" + cp + "·" + tp + ")", -1, -1});
+  }
   std::vector<factor_label> labels;
   for (const symbolic& s : forms) {
-    const factor_form form{s.w, s.g, rational(1), s.s};
+    const factor_form form{s.w, s.g, rational(1), s.s, s.t};
     if (value_on(form, update) == factor) labels.push_back({s.text, std::nullopt, form, true});
   }
   if (!labels.empty()) return labels;
@@ -487,6 +504,7 @@ std::vector<candidate> factor_fits(const candidate& base, const partition& updat
     form.w += base.factor.w;
     form.g += base.factor.g;
     form.s += base.factor.s;
+    form.t += base.factor.t;
     form.constant *= base.factor.constant;
     out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), !label.named});
   }
@@ -523,8 +541,8 @@ std::vector<std::size_t> varying_groups(const std::vector<group_facts>& facts, c
   return varying;
 }
 
-std::string place_of(const group_facts& f) {
-  return "rank " + std::to_string(f.where.rank) + ", microbatch " + std::to_string(f.where.microbatch) +
+std::string place_of(const group_facts& f, const partition& update) {
+  return "rank " + std::to_string(update.listed_rank(f.where.rank)) + ", microbatch " + std::to_string(f.where.microbatch) +
          (f.sequence ? ", sequence " + std::to_string(f.where.group) : "");
 }
 
@@ -745,7 +763,7 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     return result;
   }
   result.detail = std::to_string(outside) + " of " + std::to_string(facts.size()) + " groups do not weigh what the "
-                  "objective gives them; the first, " + place_of(facts[*first_outside]) + ", weighs " +
+                  "objective gives them; the first, " + place_of(facts[*first_outside], update) + ", weighs " +
                   (worst->code ? on_screen(*worst->code) + " (≈ " + approximate(*worst->code) + ")" : to_string(worst->observed)) +
                   " where the objective gives " + on_screen(worst->objective) + " (≈ " + approximate(worst->objective) + ")";
 
@@ -780,7 +798,7 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   const std::vector<std::size_t> varying = varying_groups(facts, m, bounds);
   if (!varying.empty()) {
     std::string where;
-    for (std::size_t i = 0; i < varying.size() && i < 4; ++i) where += (i ? "; " : "") + place_of(facts[varying[i]]);
+    for (std::size_t i = 0; i < varying.size() && i < 4; ++i) where += (i ? "; " : "") + place_of(facts[varying[i]], update);
     if (varying.size() > 4) where += "; and " + std::to_string(varying.size() - 4) + " more";
     mistake_words words = table_mistake_words("varies_within_group", update);
     words.computed += ": " + where;

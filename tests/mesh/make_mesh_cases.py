@@ -121,6 +121,19 @@ def count_over_cp(ranks: list[list[int]]) -> list[Fraction]:
     return [Fraction(2, sum(len(ranks[p]) for p in peers(r, along=1))) / 4 for r in range(4)]
 
 
+REPLICA_MESH = {"dims": [{"name": "dp", "size": 3, "role": "data"}, {"name": "tp", "size": 2, "role": "replica"}]}
+
+
+def replica_case(description: str, groups: list[list[int]], observed: object, gate: dict[str, object]) -> dict[str, object]:
+    """dp 3 × tp 2: each data group's tokens listed on both of its tp ranks (rank 2·dp + tp), every rank holding
+    `observed` (a number, or the vector of the three data groups' components) after the all-reduce."""
+    ranks = [{"coords": [r // 2, r % 2], "targets": groups[r // 2]} for r in range(6)]
+    per_rank = [text(observed)] if isinstance(observed, Fraction) else [[text(v) for v in observed]]  # type: ignore[union-attr]
+    return {"format": "normcheck/1", "description": description, "mesh": REPLICA_MESH, "ranks": ranks,
+            "reducer": "mean", "theta": 0, "observed": {"per_rank": per_rank * 6, "dtype": "exact"},
+            "expect_gate": gate}
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "cases" / "mesh"
     uneven = [[1], [2, 3, 4], [5, 6], [7, 8, 9, 10, 11]]
@@ -155,6 +168,21 @@ def main() -> None:
             "dp 2 × cp 2 measured per group, each rank backpropagates W·Sᵣ/N", uneven, [Fraction(1, n)] * 4,
             {"verdict": "pass"}),
     }
+    # Replicas: the objective counts each data group's tokens once (N = 8 over W = 3 data ranks).
+    groups = [[1, 2], [3, 4, 5, 6, 7], [8]]
+    distinct = objective(groups)
+    counted_twice = [Fraction(1, 2 * 8) * -sum(g) for g in groups]  # the count summed over dp × tp: 2N
+    cases.update({
+        "dp3_tp2_correct.json": dict(replica_case("dp 3 × tp 2, W·Sᵣ/N with N over the distinct tokens", groups,
+                                                  distinct, {"verdict": "pass"}),
+                                     # Sᵣ/N, then ÷W: −36/(8·3), where counting every replica would give −72/(16·6).
+                                     expect={"global_share": text(distinct / 3)}),
+        "dp3_tp2_count_with_replicas.json": replica_case(
+            "dp 3 × tp 2, the count reduced over every rank, tp included: each token counted twice", groups,
+            counted_twice, {"verdict": "fail", "explanations": ["count_with_replicas"]}),
+        "dp3_tp2_scaled_by_tp.json": replica_case("dp 3 × tp 2, the loss scaled by the tp size", groups, distinct * 2,
+                                                  {"verdict": "fail", "explanations": ["objective×tp"]}),
+    })
     assert len(set(count_over_dp(uneven))) > 1 and len(set(count_over_cp(uneven))) > 1
     assert local_mean(uneven) != objective(uneven) and local_mean(even) == objective(even)
     assert local_mean(sliced) != objective(sliced)

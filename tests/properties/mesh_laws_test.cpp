@@ -1,6 +1,7 @@
 // Laws of the device mesh: the objective's gradient does not depend on how its tokens are dealt over a
-// dp × cp mesh, and the mesh's counts (over data dimensions only, over sequence dimensions only, before
-// the sequences were split) are what an independent reckoning over explicit coordinates gives. Each law
+// dp × cp × tp mesh, and the mesh's counts (over data dimensions only, over sequence dimensions only,
+// before the sequences were split, with every replica) are what an independent reckoning over explicit
+// coordinates gives. Each law
 // keeps a planted wrong input it catches.
 
 #include "normcheck/core/gradients.hpp"
@@ -24,11 +25,13 @@ using normcheck::rational;
 using normcheck::reducer_kind;
 using normcheck::token;
 
-// Tokens with targets k/10, each dealt to one of the W ranks of `mesh` (a rank may stay empty); at least one.
+// Tokens with targets k/10, each dealt to one of the W ranks of `mesh` (a rank may stay empty; replicas
+// are the first of each set, W the data and sequence sizes' product); at least one token.
 partition dealt(const std::vector<mesh_dim>& mesh, const std::vector<std::pair<int, std::size_t>>& tokens,
                 reducer_kind reducer, const rational& theta) {
   std::size_t world = 1;
-  for (const mesh_dim& dim : mesh) world *= dim.size;
+  for (const mesh_dim& dim : mesh)
+    if (dim.role != mesh_role::replica) world *= dim.size;
   std::vector<std::vector<token>> ranks(world);
   for (const auto& [k, rank] : tokens) ranks[rank % world].emplace_back(rational(k) / 10);
   partition p = normcheck::make_partition(ranks, theta, reducer);
@@ -47,7 +50,7 @@ rc::Gen<std::vector<mesh_dim>> meshes() {
     const auto dims = *rc::gen::inRange(1, 4);
     for (int d = 0; d < dims; ++d)
       mesh.push_back({"d" + std::to_string(d), *rc::gen::inRange<std::uint64_t>(1, 4),
-                      *rc::gen::element(mesh_role::data, mesh_role::sequence)});
+                      *rc::gen::element(mesh_role::data, mesh_role::sequence, mesh_role::replica)});
     return mesh;
   });
 }
@@ -84,15 +87,17 @@ bool mesh_invariant(bool planted) {
   });
 }
 
-// The coordinates of every rank, made by counting through the mesh (the last dimension fastest), not by
-// dividing rank numbers.
+// The coordinates of every first replica, made by counting through the whole mesh (the last dimension
+// fastest) and keeping the ranks whose replica coordinates are 0, not by dividing rank numbers.
 std::vector<std::vector<std::uint64_t>> counted_coordinates(const std::vector<mesh_dim>& mesh, bool last_fastest) {
   std::vector<std::vector<std::uint64_t>> out;
   std::vector<std::uint64_t> at(mesh.size(), 0);
   std::size_t world = 1;
   for (const mesh_dim& dim : mesh) world *= dim.size;
   for (std::size_t r = 0; r < world; ++r) {
-    out.push_back(at);
+    bool first = true;
+    for (std::size_t d = 0; d < mesh.size(); ++d) first = first && (mesh[d].role != mesh_role::replica || at[d] == 0);
+    if (first) out.push_back(at);
     for (std::size_t step = 0; step < mesh.size(); ++step) {
       const std::size_t d = last_fastest ? mesh.size() - 1 - step : step;
       if (++at[d] < mesh[d].size) break;
@@ -108,8 +113,11 @@ std::map<std::string, std::optional<std::vector<rational>>> reckoned(const parti
   const auto coords = counted_coordinates(p.mesh, last_fastest);
   const rational w{p.world_size()};
   rational cp = 1;
-  rational dp = 1;
-  for (const mesh_dim& dim : p.mesh) (dim.role == mesh_role::sequence ? cp : dp) *= dim.size;
+  rational tp = 1;
+  for (const mesh_dim& dim : p.mesh) {
+    if (dim.role == mesh_role::sequence) cp *= dim.size;
+    if (dim.role == mesh_role::replica) tp *= dim.size;
+  }
   const rational compensation = p.reducer == reducer_kind::mean ? w : rational(1);
   const rational reduction = p.reducer == reducer_kind::mean ? 1 / w : rational(1);
   auto peers_count = [&](std::size_t r, mesh_role along) {
@@ -129,14 +137,15 @@ std::map<std::string, std::optional<std::vector<rational>>> reckoned(const parti
     return q;
   };
   std::map<std::string, std::optional<std::vector<rational>>> out;
-  for (const char* name : {"count_over_data_dims", "count_over_sequence_dims", "count_before_sequence_sharding"})
-    out[name].emplace();
+  const char* names[] = {"count_over_data_dims", "count_over_sequence_dims", "count_before_sequence_sharding",
+                         "count_with_replicas"};
+  for (const char* name : names) out[name].emplace();
   for (std::size_t r = 0; r < p.ranks.size(); ++r) {
     const std::optional<rational> weights[] = {divided(compensation, peers_count(r, mesh_role::data)),
                                                divided(cp, peers_count(r, mesh_role::sequence)),
-                                               divided(compensation, cp * p.valid_tokens())};
-    const char* names[] = {"count_over_data_dims", "count_over_sequence_dims", "count_before_sequence_sharding"};
-    for (int i = 0; i < 3; ++i) {
+                                               divided(compensation, cp * p.valid_tokens()),
+                                               divided(compensation, tp * p.valid_tokens())};
+    for (int i = 0; i < 4; ++i) {
       auto& table = out[names[i]];
       if (!weights[i]) table.reset();
       if (table) table->push_back(*weights[i] * reduction);
@@ -156,10 +165,13 @@ bool counts_reckoned(bool last_fastest) {
     const normcheck::objective_units units(p, p.objective);
     const bool sliced = p.mesh_extent(mesh_role::sequence) > 1;
     const bool data = p.mesh_extent(mesh_role::data) > 1;
+    const bool replicated = p.mesh_extent(mesh_role::replica) > 1;
     for (const auto& [name, weights] : expected) {
       const auto table = normcheck::delivered_weights(units, *normcheck::find_normalization(name));
-      const bool needs_data = name != "count_before_sequence_sharding";
-      if (!sliced || (needs_data && !data)) RC_ASSERT(!table.has_value());
+      const bool defined = name == "count_with_replicas"              ? replicated
+                           : name == "count_before_sequence_sharding" ? sliced
+                                                                      : sliced && data;
+      if (!defined) RC_ASSERT(!table.has_value());
       else RC_ASSERT(table == weights);
     }
   });

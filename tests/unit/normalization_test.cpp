@@ -174,7 +174,7 @@ TEST_CASE("every normalization but the objective's own carries its diagnosis wor
       CHECK(!n.why_wrong.empty());
       CHECK(normcheck::why_wrong(n, reducer_kind::mean).starts_with(n.why_wrong));
     }
-  CHECK(names.size() == 17);
+  CHECK(names.size() == 18);
   const normcheck::normalization& local_sum = *normcheck::find_normalization("local_sum");
   CHECK(normcheck::why_wrong(local_sum, reducer_kind::sum) == local_sum.why_wrong_summed);
   const normcheck::normalization& shifted = *normcheck::find_normalization("count_before_shift");
@@ -271,4 +271,26 @@ TEST_CASE("without sequence dimensions the mesh's normalizations are undefined: 
   const objective_units units(p, p.objective);
   CHECK_FALSE(normcheck::delivered_weights(units, *normcheck::find_normalization("count_over_data_dims")).has_value());
   CHECK(normcheck::delivered_weights(units, *normcheck::find_normalization("count_before_sequence_sharding")).has_value());
+}
+
+TEST_CASE("replicas: the update keeps the first of each, numbered as the whole mesh numbers them") {
+  // dp 2 × tp 2 × cp 2 (tp replicas in the middle): the update's ranks are listed ranks 0, 1, 4 and 5.
+  partition p = normcheck::make_partition({{rational(1)}, {rational(2)}, {rational(3)}, {rational(4), rational(5)}});
+  p.mesh = {{"dp", 2, normcheck::mesh_role::data}, {"tp", 2, normcheck::mesh_role::replica},
+            {"cp", 2, normcheck::mesh_role::sequence}};
+  CHECK(p.listed_ranks() == 8);
+  CHECK(std::vector<std::uint64_t>{p.listed_rank(0), p.listed_rank(1), p.listed_rank(2), p.listed_rank(3)} ==
+        std::vector<std::uint64_t>{0, 1, 4, 5});
+  // Listed rank 7 is (dp 1, tp 1, cp 1): its first replica is (dp 1, tp 0, cp 1), listed rank 5.
+  CHECK(p.first_replica(7) == 5);
+  CHECK(p.first_replica(2) == 0);
+  CHECK(p.mesh_index(3, normcheck::mesh_role::data) == 1);
+  CHECK(p.mesh_index(3, normcheck::mesh_role::sequence) == 1);
+  CHECK(p.mesh_index(3, normcheck::mesh_role::replica) == 0);
+  // Every token counted once per replica: W·Sᵣ/(TP·N), then DDP's ÷W over the 4 ranks that hold distinct tokens.
+  CHECK(delivered(p, "count_with_replicas") == std::vector<rational>(4, fraction_of(1, 10)));
+  p.mesh[1].size = 1;  // dp 2 × tp 1 × cp 2: no replicas, so nothing is counted twice
+  CHECK_FALSE(normcheck::delivered_weights(objective_units(p, p.objective),
+                                           *normcheck::find_normalization("count_with_replicas"))
+                  .has_value());
 }

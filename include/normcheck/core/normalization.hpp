@@ -116,7 +116,8 @@ std::string why_wrong(const normalization& n, reducer_kind reducer);
 std::string spelled(std::string_view text, const objective_units& units);
 
 /// A diagnosis's words with the update's mesh in place: {data} and {sequence} the names of its data and
-/// sequence dimensions ("dp", "cp"), {mesh} both ("dp × cp"), {CP} the sequence dimensions' size.
+/// sequence dimensions ("dp", "cp"), {mesh} both ("dp × cp"), {CP} the sequence dimensions' size,
+/// {replica} and {TP} the replica dimensions' names and size.
 std::string mesh_spelled(std::string_view text, const partition& update);
 
 /// The coefficient a rank multiplies group `where`'s loss sum by (before the reducer), the objective's token

@@ -162,6 +162,9 @@ enum class mesh_role {
   replica,   ///< the same tokens (tensor parallelism)
 };
 
+/// "data", "sequence" or "replica".
+std::string_view mesh_role_name(mesh_role role) noexcept;
+
 /// One dimension of the device mesh: its name, its size and its role.
 struct mesh_dim {
   std::string name;
@@ -177,8 +180,9 @@ struct partition {
   rational theta;
   objective_kind objective = objective_kind::token_mean;
   rational normalizer;  ///< C under the constant objective (positive); 0 otherwise
-  /// The device mesh, dimensions in order, ranks numbered row-major (the sizes multiply to W); empty
-  /// without one, which is a mesh of one data dimension.
+  /// The device mesh, dimensions in order, ranks numbered row-major; empty without one, which is a mesh of
+  /// one data dimension. `ranks` holds the ranks whose replica coordinates are all 0, one per set of
+  /// replicas (the replicas hold the same tokens), so the data and sequence sizes multiply to W.
   std::vector<mesh_dim> mesh;
 
   /// W: the ranks in the reduction.
@@ -201,8 +205,16 @@ struct partition {
   std::uint64_t common_accumulation() const;
   /// The product of the sizes of the mesh dimensions with `role`: W for data and 1 otherwise without a mesh.
   std::uint64_t mesh_extent(mesh_role role) const;
-  /// Rank r's coordinates along the dimensions with `role`, as one mixed-radix index below `mesh_extent`.
+  /// Rank r's coordinates along the dimensions with `role`, as one mixed-radix index below `mesh_extent`
+  /// (0 for the replica dimensions: r is the first of its replicas).
   std::uint64_t mesh_index(std::size_t rank, mesh_role role) const;
+  /// Every rank of the mesh, replicas included: W times the replica dimensions' size.
+  std::uint64_t listed_ranks() const { return world_size() * mesh_extent(mesh_role::replica); }
+  /// The number in the whole mesh (as torch numbers it) of rank r of `ranks`: r itself without replicas.
+  std::uint64_t listed_rank(std::size_t rank) const;
+  /// The first replica of the rank numbered `listed` in the whole mesh: its number with every replica
+  /// coordinate 0 (itself without replica dimensions).
+  std::uint64_t first_replica(std::uint64_t listed) const;
   /// The names of the dimensions with `role` and a size above 1, joined by " × " ("dp", "dp × pp"); empty
   /// where there is none.
   std::string mesh_names(mesh_role role) const;

@@ -47,6 +47,9 @@ private:
   static void read_tolerance(field_reader& in, observed_result& observed);
   void read_expectation(field_reader& in);
   void settle_groups(const partition_file& document, field_reader& in) const;
+  /// On a mesh with replica dimensions: the per-rank counts, masses and divisors of each rank's replicas
+  /// must be its own (schema_error otherwise), and are kept once per set of replicas, as the update's ranks.
+  void fold_replicas(const partition& update, field_reader& in);
 
   std::optional<observed_result> observed_;
   std::uint64_t observed_offset_ = 0;

@@ -58,8 +58,8 @@ mistake_words table_mistake_words(std::string_view name, const partition& update
 /// why that is wrong.
 mistake_words factor_words(std::string_view label, const partition& update);
 
-/// The name of the sequence dimensions' size as a factor: "cp", "(cp·sp)" for two; empty where their size
-/// is 1.
-std::string sequence_factor_name(const partition& update);
+/// The name of the size of the mesh dimensions with `role` as a factor: "cp", "(cp·sp)" for two; empty
+/// where their size is 1.
+std::string mesh_factor_name(const partition& update, mesh_role role);
 
 }  // namespace normcheck
