@@ -7,8 +7,9 @@ calls ``step(rank, world_size, probe)`` on each, where ``probe(model)`` attaches
 ``normcheck.torch.Probe`` configured for this launch and ``probe.replicas(model, optimizer, scheduler)``
 asks for the replicas to be compared (``normcheck.replicas``) when the step returns. Every launch has a
 time limit: a rank that hangs (in a collective another rank never joins) is killed and the launch
-fails instead of hanging. Workers leave through ``os._exit`` once their result is written and their
-output flushed: gloo can hang in interpreter teardown.
+fails instead of hanging, with the Python stack of every thread of each hung rank, dumped by
+``faulthandler`` (on SIGUSR1) just before the kill. Workers leave through ``os._exit`` once their
+result is written and their output flushed: gloo can hang in interpreter teardown.
 
 With ``collectives=True`` every rank records its collective calls (``normcheck.collectives``) and
 ``normcheck collectives`` checks the traces when the launch ends, also when its time limit ended a hung
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import os
 import pickle
 import shutil
@@ -145,6 +147,10 @@ def _worker(rank: int, world_size: int, store: str, step: Callable[..., Any], ar
     """One rank: joins the group, runs the step, writes its outcome, leaves through os._exit."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # The stacks of every thread, written on SIGUSR1 by the C handler even while the rank waits inside a
+    # collective: the launcher asks for them before it kills a rank at the time limit.
+    stacks = open(_stacks_path(folder, rank), "w", encoding="utf-8")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     status = 0
     joined = False
@@ -193,6 +199,48 @@ def _worker(rank: int, world_size: int, store: str, step: Callable[..., Any], ar
     exit_process(status)
 
 
+def _stacks_path(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank-{rank}.stacks")
+
+
+def _dump_stacks(processes: List[Any], folder: str, wait: float = 3.0) -> None:
+    """Ask every rank still running for its stacks (SIGUSR1) and wait, up to ``wait`` seconds, until each
+    has written some. A rank that has not yet registered the handler ends on the signal: it is about to
+    be killed anyway."""
+    asked = [(rank, process) for rank, process in enumerate(processes)
+             if process.pid is not None and process.exitcode is None]
+    for _, process in asked:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + wait
+    for rank, process in asked:
+        path = _stacks_path(folder, rank)
+        while time.monotonic() < deadline and process.exitcode is None and not _written(path):
+            time.sleep(0.05)
+    time.sleep(0.1)  # the handler writes thread by thread; let the last lines land
+
+
+def _written(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def _stacks(folder: str, ranks: Sequence[int]) -> str:
+    """The dumped stacks of ``ranks``, as text for the launch's error message."""
+    parts = []
+    for rank in ranks:
+        try:
+            with open(_stacks_path(folder, rank), encoding="utf-8", errors="replace") as f:
+                text = f.read().rstrip()
+        except OSError:
+            text = ""
+        parts.append(f"rank {rank} was here when it was killed:\n{text}" if text
+                     else f"rank {rank} wrote no stack before it was killed")
+    return "".join("\n" + part for part in parts)
+
+
 def _kill(processes: List[Any]) -> List[int]:
     killed = []
     started = [(rank, process) for rank, process in enumerate(processes) if process.pid is not None]
@@ -229,6 +277,7 @@ def _attempt(context: Any, step: Callable[..., Any], world_size: int, args: Sequ
                 return {"codes": codes, "killed": _kill(processes), "timed_out": False, "pids": pids}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                _dump_stacks(processes, folder)
                 return {"codes": codes, "killed": _kill(processes), "timed_out": True, "pids": pids}
             wait([p.sentinel for p in processes if p.exitcode is None], timeout=min(remaining, 0.5))
     finally:
@@ -277,6 +326,7 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
                                 "threads": threads, "collective_timeout": timeout + 60, "replicas": replicas,
                                 "traces": None}
     began = time.monotonic()
+    stacks = ""
     for attempt in range(attempts):
         folder = tempfile.mkdtemp(prefix="normcheck-launch-")
         if collectives:
@@ -294,6 +344,7 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
                         outcomes.append(pickle.load(f))
                 else:
                     outcomes.append(None)
+            stacks = _stacks(folder, record["killed"]) if record["timed_out"] else ""
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         if any(o is not None and o.get("retry") for o in outcomes) and attempt + 1 < attempts:
@@ -303,6 +354,8 @@ def launch_result(step: Callable[..., Any], world_size: int = 2, *, args: Sequen
     facts = {"timed_out": record["timed_out"], "killed": record["killed"], "seconds": seconds, "pids": record["pids"]}
     errors = [f"rank {r}:\n{o['text']}" for r, o in enumerate(outcomes) if o is not None and o["kind"] == "error"]
     ending = _ending(world_size, timeout, seconds, record, outcomes, errors)
+    if ending is not None:
+        ending += stacks
     verdict = None
     if collectives:
         try:

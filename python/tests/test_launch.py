@@ -44,8 +44,16 @@ def test_a_hung_rank_fails_the_launch_at_its_time_limit(tmp_path):
     with pytest.raises(LaunchError, match="time limit of 4 s: killed rank") as raised:
         launch(skips_its_collective, 2, timeout=limit, directory=str(tmp_path))
     assert time.monotonic() - started >= limit  # it waited for the limit, then ended the hang
-    assert "rank(s) 0" in str(raised.value)
+    message = str(raised.value)
+    assert "rank(s) 0" in message
     assert raised.value.timed_out and 0 in raised.value.killed and len(raised.value.pids) == 2
+    # Each hung rank's stack, dumped just before the kill, shows where it waited: rank 0 in its all_reduce,
+    # rank 1 in its barrier, both inside this file's step function.
+    for rank in raised.value.killed:
+        dumped = message.split(f"rank {rank} was here when it was killed:\n", 1)
+        assert len(dumped) == 2, message
+        assert "in skips_its_collective" in dumped[1].split("was here when it was killed", 1)[0], message
+    assert "in all_reduce" in message and "in barrier" in message, message
 
 
 def raises_on_rank_one(rank, world_size, probe):
