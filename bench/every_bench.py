@@ -123,7 +123,8 @@ def main():
         "|---|---|---|",
         f"| without the probe | {statistics.median(a[0] for a in plain):.3f} | "
         f"{statistics.median(a[1] for a in plain):.3f} |",
-        f"| probe, every={options.every} ({judged_steps} judged steps) | {statistics.median(b[0] for b in probed):.3f} | "
+        f"| probe, every={options.every} ({judged_steps} judged steps) | "
+        f"{statistics.median(b[0] for b in probed):.3f} | "
         f"{statistics.median(b[1] for b in probed):.3f} |",
         "",
         f"- overhead, probed / plain − 1 (median of {options.repeats} interleaved pairs): wall "

@@ -161,7 +161,8 @@ def check_cost(rank, world_size, probe_factory, repeats):
             if rank == 0:
                 sizes.append(os.path.getsize(verdict.file))
             verdicts.append(verdict.verdict or f"{verdict.status}: {verdict.report.get('error', {}).get('code')}")
-        results[shape] = {"check_s": statistics.median(times), "checks_s": times, "record_s": statistics.median(recording),
+        results[shape] = {"check_s": statistics.median(times), "checks_s": times,
+                          "record_s": statistics.median(recording),
                           "dump_bytes": sizes[0] if sizes else None, "verdict": verdicts[-1]}
     return results
 
@@ -195,14 +196,16 @@ def main():
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (g, patched, sites), r in steps.items():
-        lines.append(f"| {g} | {'captured in the model' if patched else 'probe.add'} | {'children' if sites else 'none'} "
+        lines.append(f"| {g} | {'captured in the model' if patched else 'probe.add'} "
+                     f"| {'children' if sites else 'none'} "
                      f"| {r['plain_ms']:.2f} | {r['probed_ms']:.2f} | {r['ratio']:.3f} | {r['ratio_of_pairs']:.3f} "
                      f"| {r['cpu_plain_ms']:.2f} | {r['cpu_probed_ms']:.2f} | {r['cpu_ratio']:.3f} |")
     lines += [
         "",
         "## probe.judge() of an update with 10⁶ valid tokens (W = 2, 500 000 per rank)",
         "",
-        "| shape | groups | judge (gather, dump, check), s | each run, s | recording and backward, s | dump size | verdict |",
+        "| shape | groups | judge (gather, dump, check), s | each run, s "
+        "| recording and backward, s | dump size | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for shape, r in checks.items():

@@ -179,7 +179,8 @@ def main():
                "floors_agree": outputs.get("other", outputs["floor"]) == outputs["floor"]}
         row.update({key: medians(s) for key, s in samples.items()})
         if tokens == 1_000_000 and args.peer_runs > 0:
-            for key, command in (("peer", [sys.executable, PEER, path]), ("gmpy2", [DEBIAN_PYTHON, PEER, "--gmpy2", path])):
+            for key, command in (("peer", [sys.executable, PEER, path]),
+                                 ("gmpy2", [DEBIAN_PYTHON, PEER, "--gmpy2", path])):
                 peer_samples = [measure(command) for _ in range(args.peer_runs)]
                 row[key] = medians([s[:3] for s in peer_samples])
                 # Both are exact: the objective must be the same rational.
@@ -191,7 +192,8 @@ def main():
     paths = [row["path"] for row in rows]
     together = {}
     for jobs in (1, 2):
-        together[jobs] = medians([measure([NORMCHECK, "check", "--jobs", str(jobs)] + paths)[:3] for _ in range(args.runs)])
+        together[jobs] = medians([measure([NORMCHECK, "check", "--jobs", str(jobs)] + paths)[:3]
+                                  for _ in range(args.runs)])
     load_after = os.getloadavg()
     changed = os.stat(NORMCHECK).st_mtime != stamp
     text = results(rows, args, load_before, load_after, together, build_type, changed)
@@ -239,7 +241,8 @@ def ratio_row(row, args):
             + (f"| {both(row['other'], f)} " if args.other_floor else "") + f"| {met}{flags} |")
 
 
-PEER_HEADER = ("| file | Fraction s (CPU s) | Fraction/normcheck wall (CPU) | gmpy2 s (CPU s) | gmpy2/normcheck wall (CPU) "
+PEER_HEADER = ("| file | Fraction s (CPU s) | Fraction/normcheck wall (CPU) | gmpy2 s (CPU s) "
+               "| gmpy2/normcheck wall (CPU) "
                "| peak MiB normcheck / floor / checked / Fraction / gmpy2 | normcheck peak − input MiB |")
 
 
@@ -334,7 +337,8 @@ def results(rows, args, load_before, load_after, together, build_type, changed):
                 one_cpu = max(ratio(r["normcheck"], r["floor"])[1] for r in group)
                 two_wall = max(ratio(r["parallel"], r["floor"])[0] for r in group)
                 lines.append(f"  - {label}: worst --jobs 1 {one_wall:.2f} wall ({one_cpu:.2f} CPU) "
-                             f"{'met' if one_wall <= TARGET_ONE_CORE else 'MISSED'}; worst --jobs 2 {two_wall:.2f} wall "
+                             f"{'met' if one_wall <= TARGET_ONE_CORE else 'MISSED'}; "
+                             f"worst --jobs 2 {two_wall:.2f} wall "
                              f"{'met' if two_wall <= TARGET_TWO_CORES else 'MISSED'}")
     lines += ["", "Against the checked read (the slower baseline; earlier targets ≤ 1.0 and ≤ 0.7):", ""]
     for tokens, name in ((1_000_000, "1M"), (10_000_000, "10M")):
@@ -372,7 +376,8 @@ def results(rows, args, load_before, load_after, together, build_type, changed):
                 growth.append((row["normcheck"]["wall"] / small[0]["normcheck"]["wall"],
                                row["normcheck"]["cpu"] / small[0]["normcheck"]["cpu"]))
     if growth:
-        lines.append(f"- 10M / 1M time of normcheck (target ≤ 11): median {median_of([g[0] for g in growth]):.1f} wall, "
+        lines.append("- 10M / 1M time of normcheck (target ≤ 11): "
+                     f"median {median_of([g[0] for g in growth]):.1f} wall, "
                      f"{median_of([g[1] for g in growth]):.1f} CPU")
     over = max((r["normcheck"]["peak"] - r["size"]) / MIB for r in rows)
     lines.append(f"- normcheck peak memory above the input size (target ≤ 32 MiB): at most {over:+.1f} MiB")

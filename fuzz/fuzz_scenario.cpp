@@ -1,4 +1,5 @@
-// libFuzzer target: the scenario reader and the simulation on arbitrary bytes, seeded from cases/simulate/ (see fuzz_targets.hpp).
+// libFuzzer target: the scenario reader and the simulation on arbitrary bytes, seeded from cases/simulate/ (see
+// fuzz_targets.hpp).
 
 #include "fuzz_targets.hpp"
 

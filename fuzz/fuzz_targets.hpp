@@ -117,7 +117,8 @@ inline literal_outcome reference_literal(const std::string& text, literal_form f
     return value;
   };
   auto power = [](unsigned base, std::int64_t exponent) {
-    integer value = boost::multiprecision::pow(integer(base), static_cast<unsigned>(exponent < 0 ? -exponent : exponent));
+    integer value =
+        boost::multiprecision::pow(integer(base), static_cast<unsigned>(exponent < 0 ? -exponent : exponent));
     return value;
   };
   if (std::regex_match(text, m, decimal)) {
@@ -298,7 +299,8 @@ inline bool recipe_one_input(std::string_view text) {
   try {
     parsed = recipe_expression::parse(text);
   } catch (const error& e) {
-    require(e.code() == error_code::recipe_error, "a recipe was rejected with " + std::string(code_name(e.code())), text);
+    require(e.code() == error_code::recipe_error, "a recipe was rejected with " + std::string(code_name(e.code())),
+            text);
     const std::optional<location>& where = e.where();
     require(!where || where->column <= text.size() + 1, "a recipe error's column lies beyond the text", text);
     return false;

@@ -39,7 +39,8 @@ def problems(listing, suites):
 def self_test(suites):
     listing = {"tests": [
         {"name": "unit: fine", "properties": [{"name": "LABELS", "value": ["unit"]}]},
-        {"name": "python: fine on torch (torch 2.13)", "properties": [{"name": "LABELS", "value": ["python", "torch", "venv"]}]},
+        {"name": "python: fine on torch (torch 2.13)",
+         "properties": [{"name": "LABELS", "value": ["python", "torch", "venv"]}]},
         {"name": "cli: forgotten", "properties": [{"name": "TIMEOUT", "value": 10}]},
         {"name": "gate: twice", "properties": [{"name": "LABELS", "value": ["gate", "cli"]}]},
         {"name": "properties: misnamed", "properties": [{"name": "LABELS", "value": ["laws"]}]},

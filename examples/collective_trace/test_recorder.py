@@ -88,8 +88,9 @@ def launch(mode, work):
     os.makedirs(out_dir)
     store = os.path.join(out_dir, "store")
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    workers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(rank), store, out_dir, mode],
-                                env=env) for rank in range(WORLD_SIZE)]
+    workers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(rank), store, out_dir,
+                                 mode], env=env)
+               for rank in range(WORLD_SIZE)]
     deadline = time.monotonic() + RUN_SECONDS
     for process in workers:
         try:

@@ -185,7 +185,8 @@ def run_jobs(rank, world_size, probe, dtype_name, jobs, settings):
         dump.dump_update(
             job["path"], microbatches=batch, gradient=gradient, theta=theta, dtype=dtype_name,
             reducer=outcome["reducer"], counted_tokens=outcome["counted_tokens"],
-            global_tokens=outcome["global_tokens"], weights=None if weights is None else variants.make_weights(weights, dtype),
+            global_tokens=outcome["global_tokens"],
+            weights=None if weights is None else variants.make_weights(weights, dtype),
             counted_mass=outcome["counted_mass"], global_mass=outcome["global_mass"], description=description,
             pause_mid_write=settings["pause_mid_write"])
         if rank == 0:

@@ -245,7 +245,8 @@ class Microbatch:
         if not self.sequences:
             raise StepError("positions= needs the sequences of the microbatch (2-D labels, or sequence_ids=)")
         if self.weighted:
-            raise StepError("weighted tokens in sequence slices are not written yet: positions= takes unweighted losses")
+            raise StepError("weighted tokens in sequence slices are not written yet: "
+                            "positions= takes unweighted losses")
         held: List[List[int]] = [[] for _ in self.slots]
         for call, (index, _, _) in enumerate(self.calls):
             where = self.positions[call].tolist()

@@ -21,8 +21,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from .errors import Error
 
 __all__ = [
-    "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "LookAlike", "WeightRow", "WeightTable", "SiteVerdict",
-    "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table", "suggest_for_counts",
+    "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "LookAlike", "WeightRow", "WeightTable",
+    "SiteVerdict", "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table",
+    "suggest_for_counts",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -440,7 +441,8 @@ def _verdict(report: Dict[str, Any], require_gate: bool) -> Verdict:
         status = "fail"  # what --require-gate does, for an executable that predates it
     verdict = gate.get("verdict")
     diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
-    sites = tuple(SiteVerdict(name=str(e.get("name", "")), verdict=_site_verdict(e), diagnosis=_names(e.get("diagnosis")),
+    sites = tuple(SiteVerdict(name=str(e.get("name", "")), verdict=_site_verdict(e),
+                              diagnosis=_names(e.get("diagnosis")),
                               weights=weight_table(e.get("weights")), detail=str(e.get("detail", "") or ""),
                               could_hide=_names(e.get("could_hide")))
                   for e in gate.get("sites", []) or [] if isinstance(e, dict))

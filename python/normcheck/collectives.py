@@ -518,7 +518,8 @@ def _describe_problem(problem: Dict[str, Any], calls: Sequence[TracedCall], hung
         call = by_rank[waiting[0]]
         waits = "waits" if len(waiting) == 1 else "wait"
         where = f", {call.source}" if call.source else ""
-        lines.append(f"{_ranks_text(missing)} did not issue {call.text()} that {_ranks_text(waiting)} {waits} in{where}")
+        lines.append(f"{_ranks_text(missing)} did not issue {call.text()} that "
+                     f"{_ranks_text(waiting)} {waits} in{where}")
     elif stuck:
         call = by_rank[stuck[0]]
         same = [r for r, c in by_rank.items() if c.seq is not None and (c.op, c.shape, c.dtype, c.group, c.reduce_op,

@@ -222,14 +222,16 @@ def _weights_like(value: Any, shape: Any, what: str) -> Any:
     return row
 
 
-def site(name: str, per_rank: Sequence[Sequence[Any]], witness: Optional[Sequence[Sequence[Any]]] = None) -> Dict[str, Any]:
+def site(name: str, per_rank: Sequence[Sequence[Any]],
+         witness: Optional[Sequence[Sequence[Any]]] = None) -> Dict[str, Any]:
     """One entry of ``observed.sites``: the probe components measured in the submodule ``name``.
 
     ``per_rank`` (and ``witness``) are shaped like ``observed.per_rank``: one vector per rank.
     """
     if not isinstance(name, str) or not name:
         raise ValueError("a site needs a non-empty name")
-    result: Dict[str, Any] = {"name": name, "per_rank": [_vector(v, f"site {name} rank {r}") for r, v in enumerate(per_rank)]}
+    result: Dict[str, Any] = {"name": name,
+                              "per_rank": [_vector(v, f"site {name} rank {r}") for r, v in enumerate(per_rank)]}
     if witness is not None:
         result["witness"] = [_vector(v, f"site {name} witness rank {r}") for r, v in enumerate(witness)]
     return result
@@ -268,7 +270,8 @@ def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[An
              tokens_per_rank: Optional[Sequence[int]] = None, divided_by: Optional[Sequence[Any]] = None,
              mass_global: Any = None, mass_per_rank: Optional[Sequence[Any]] = None,
              tolerance_absolute: Any = None, tolerance_relative: Any = None,
-             witness: Optional[Sequence[Any]] = None, sites: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+             witness: Optional[Sequence[Any]] = None,
+             sites: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
     """The ``observed`` object: the gradient (or each rank's copy, ``per_rank``) and what the code counted.
 
     Gradient values may be non-finite; they are written as ``float.hex()`` prints them ('nan', 'inf',
@@ -284,7 +287,8 @@ def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[An
         result["gradient"] = _gradient(gradient, "observed.gradient")
         shapes = {isinstance(result["gradient"], list)}
     else:
-        result["per_rank"] = [_gradient(v, f"observed.per_rank[{r}]") for r, v in enumerate(per_rank)]  # type: ignore[arg-type]
+        result["per_rank"] = [_gradient(v, f"observed.per_rank[{r}]")
+                              for r, v in enumerate(per_rank)]  # type: ignore[arg-type]
         shapes = {isinstance(v, list) for v in result["per_rank"]}
         if len(shapes) > 1:
             raise ValueError("observed.per_rank mixes numbers and vectors")
@@ -380,7 +384,8 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
         if weights is not None:
             if len(weights[r]) != len(batches):
                 raise ValueError(f"rank {r}: weights are not shaped like its tokens")
-            rows = [_weights_like(w, b, f"rank {r}, microbatch {m}") for m, (w, b) in enumerate(zip(weights[r], batches))]
+            rows = [_weights_like(w, b, f"rank {r}, microbatch {m}")
+                    for m, (w, b) in enumerate(zip(weights[r], batches))]
             rank["weights"] = rows[0] if len(batches) == 1 else rows
         written.append(rank)
     if mesh is not None:

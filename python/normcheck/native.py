@@ -60,8 +60,8 @@ def check(paths: Union[PathLike, Sequence[PathLike]], *, require_gate: bool = Tr
 
     The same verdicts as ``normcheck check --json`` (with ``--require-gate`` unless told otherwise) on
     the same paths; reports of earlier runs found in folders are left out with a warning naming each,
-    as the executable leaves them out saying so. ``jobs``: files checked at once. Raises ``NormcheckError`` when there is nothing to check
-    or the extension is missing.
+    as the executable leaves them out saying so. ``jobs``: files checked at once. Raises ``NormcheckError``
+    when there is nothing to check or the extension is missing.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

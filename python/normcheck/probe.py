@@ -634,7 +634,8 @@ class Probe:
                 raise ProbeError(f"positions of shape {tuple(positions.shape)} for a loss of shape "
                                  f"{tuple(per_token_loss.shape)}: give one position per token")
             if positions.is_floating_point() or positions.dtype == torch.bool:
-                raise ProbeError(f"positions are integers (each token's position in its sequence), not {positions.dtype}")
+                raise ProbeError("positions are integers (each token's position in its sequence), "
+                                 f"not {positions.dtype}")
         earlier = self._probed.get(id(per_token_loss))
         if earlier is not None and earlier() is per_token_loss:
             raise ProbeError("this loss already carries the probe term: it came from the cross_entropy that "
@@ -803,17 +804,17 @@ class Probe:
 
         Call it on every rank once the step's gradient is final: after the synchronizing backward,
         and, since the probe keeps its own copy of p.grad, just as well after clipping or after
-        ``optimizer.step()``; it prints nothing (``check`` reports). ``model``: the DDP-wrapped model (by default the one the probe saw run
-        the module), whose communication hook names the reducer and the reduction's dtype (torch's
-        allreduce_hook, fp16_compress_hook and bf16_compress_hook are known); for another hook, or
-        without DDP, the reducer is inferred by comparing each rank's local gradient of p with the
-        reduced one. ``reducer`` and ``reduction_dtype`` override both. ``objective`` and
+        ``optimizer.step()``; it prints nothing (``check`` reports). ``model``: the DDP-wrapped model (by
+        default the one the probe saw run the module), whose communication hook names the reducer and the
+        reduction's dtype (torch's allreduce_hook, fp16_compress_hook and bf16_compress_hook are known);
+        for another hook, or without DDP, the reducer is inferred by comparing each rank's local gradient
+        of p with the reduced one. ``reducer`` and ``reduction_dtype`` override both. ``objective`` and
         ``normalizer`` override the probe's for this step, ``framework`` the probe's framework. A failing
         verdict's message gives the remedy in the framework's terms after its first line, and names the
-        picture of the weight table (an SVG beside the dump) when the dump is kept. ``optimizer`` (one or a list) is checked to
-        hold no probe parameter; ``scaler``, a GradScaler whose scale p.grad still carries (before its
-        ``update()``). Misuse raises ``ProbeError`` on every rank; an executable that cannot run
-        raises ``NormcheckError``.
+        picture of the weight table (an SVG beside the dump) when the dump is kept. ``optimizer`` (one or
+        a list) is checked to hold no probe parameter; ``scaler``, a GradScaler whose scale p.grad still
+        carries (before its ``update()``). Misuse raises ``ProbeError`` on every rank; an executable that
+        cannot run raises ``NormcheckError``.
         """
         outcome = gather.gathered(self, model, optimizer, scaler, reducer, reduction_dtype, objective, normalizer,
                                   description, path, judge=True, framework=framework)

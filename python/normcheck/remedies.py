@@ -128,7 +128,8 @@ _FACTOR = re.compile(r"[×/(]")
 
 
 def base_name(name: str) -> str:
-    """The computation a name applies a factor or another objective to: ``microbatch_mean×W·G`` → ``microbatch_mean``."""
+    """The computation a name applies a factor or another objective to:
+    ``microbatch_mean×W·G`` → ``microbatch_mean``."""
     if name.startswith("objective"):
         return name
     found = _FACTOR.search(name)

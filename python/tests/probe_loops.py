@@ -149,7 +149,8 @@ class Step:
             with (self.ddp.no_sync() if not (last or sync_every) else contextlib.nullcontext()):
                 yield m, tokens, labels, torch.Tensor.backward
 
-    def per_token(self, tokens: torch.Tensor, labels: torch.Tensor, **options: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+    def per_token(self, tokens: torch.Tensor, labels: torch.Tensor,
+                  **options: Any) -> Tuple[torch.Tensor, torch.Tensor]:
         """(per-token loss with the probe's term, valid mask), shaped (B, T − 1): verl-style log-prob losses."""
         logits = self.ddp(tokens)
         targets = labels[:, 1:]
@@ -386,7 +387,8 @@ def count_before_shift(s: Step) -> None:
 
 
 def other_window_steps(world_size: int, g: int) -> int:
-    """The k microbatches other_window counts over: G/k names no factor in W or G (3 of 4 on two ranks, 2 of 4 on three)."""
+    """The k microbatches other_window counts over: G/k names no factor in W or G
+    (3 of 4 on two ranks, 2 of 4 on three)."""
     return 3 if world_size == 2 else 2
 
 
@@ -618,7 +620,8 @@ LOOPS: List[Loop] = [
          lambda c, r, m, s: f(1, c.world_size * c.rm(r, m)),
          lambda w, g: ("fail", ("sum_of_microbatch_means",) if g > 1 else ("local_mean",)), patched=True),
     Loop("hf_double_division", "transformers #35808: the window's count, then ÷G again", hf_double_division,
-         lambda c, r, m, s: f(1, c.N * c.g), in_g("objective/G", "global_share"), patched=True, gs=(2, 4), positions=LENGTH),
+         lambda c, r, m, s: f(1, c.N * c.g), in_g("objective/G", "global_share"), patched=True, gs=(2, 4),
+         positions=LENGTH),
     Loop("rank_mean_over_g", "torchtitan #1842: per-rank mean, ÷G", rank_mean_over_g,
          lambda c, r, m, s: f(1, c.world_size * c.g * c.r(r)),
          lambda w, g: in_g("local_mean/G", "local_mean/W")(w, g) if g > 1 else ("fail", ("local_mean",))),
@@ -835,7 +838,8 @@ def exact_document(loop: Loop, world_size: int, g: int) -> Optional[Dict[str, An
     normalizer = loop.normalizer(counts) if loop.normalizer is not None else None
     return dump.document(ranks, world_size=world_size, reducer="sum" if loop.hook == "sum" else "mean", theta=0,
                          objective=loop.objective, normalizer=normalizer,
-                         description=f"{loop.name}: the loop's exact weights (W = {world_size}, G = {g})", observed=seen)
+                         description=f"{loop.name}: the loop's exact weights (W = {world_size}, G = {g})",
+                         observed=seen)
 
 
 def named_as_expected(loop: Loop, world_size: int, g: int, verdict: Any) -> Optional[str]:

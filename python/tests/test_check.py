@@ -152,7 +152,8 @@ def test_require_gate_is_passed_and_an_older_executable_is_an_error_in_its_own_w
     assert log.read_text().split("\n")[0] == "check --json --require-gate f.json"
     assert verdict.passed
     log.unlink()
-    older, log = recording_executable(tmp_path, "echo 'The following argument was not expected: --require-gate' >&2; exit 2",
+    older, log = recording_executable(tmp_path,
+                                      "echo 'The following argument was not expected: --require-gate' >&2; exit 2",
                                       {"not": "reached"})
     with pytest.raises(check.NormcheckError, match="without a JSON report: The following argument was not expected"):
         check.run_check("f.json", executable=older)

@@ -139,7 +139,8 @@ def test_every_field_reads_back_through_normcheck(tmp_path, executable):
     assert every["gate"]["bound_is_explicit"] and every["recipe"]["equals_objective"]
     assert all(e["held"] for e in every["expectations"]) and len(every["expectations"]) == 2
     assert reports[str(weighted)]["status"] == "pass" and reports[str(weighted)]["objective"] == "weighted_token_mean"
-    assert reports[str(rejected)]["status"] == "pass" and reports[str(rejected)]["error"]["code"] == "world_size_mismatch"
+    assert (reports[str(rejected)]["status"] == "pass"
+            and reports[str(rejected)]["error"]["code"] == "world_size_mismatch")
     text = path.read_text(encoding="utf-8")
     read = json.loads(text)
     # Braces on their own lines, one member per line, and the ranks' brackets and one line per rank.
@@ -273,7 +274,8 @@ def test_fields_of_issue_15_read_back_through_normcheck(tmp_path, executable):
     nan = reports[str(empty)]
     assert nan["status"] == "fail" and nan["gate"]["verdict"] == "fail", nan.get("error")
     assert "mean_of_empty" in [e["name"] for e in nan["gate"]["diagnosis"]]
-    assert reports[str(halved)]["status"] == "pass", reports[str(halved)].get("error") or reports[str(halved)]["failures"]
+    assert reports[str(halved)]["status"] == "pass", (
+        reports[str(halved)].get("error") or reports[str(halved)]["failures"])
     denominator = [c for c in (reports[str(divided)].get("gate") or {}).get("checks", []) if c["name"] == "denominator"]
     assert denominator and not denominator[0]["passed"], reports[str(divided)].get("error")
 

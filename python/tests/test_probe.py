@@ -110,7 +110,8 @@ def test_the_wrapped_cross_entropy_changes_no_value_and_no_gradient(loss_name, d
         # p's components: −Σ w over each group's valid tokens, divided as torch divides ('mean': by Σ w of
         # the valid targets); the spatial loss keeps the rows (one group each), the flattened ones are one group.
         seen = labels[:, 1:] if loss_name != "spatial" else labels
-        rows = [[int(t) for t in row] for row in seen] if loss_name == "spatial" else [[int(t) for row in seen for t in row]]
+        rows = ([[int(t) for t in row] for row in seen] if loss_name == "spatial"
+                else [[int(t) for row in seen for t in row]])
         weight_of = (lambda t: Fraction(float(options["weight"][t]))) if weighted else (lambda t: Fraction(1))
         mass = sum(weight_of(t) for row in rows for t in row if t != ignore)
         scale = 1 / mass if reduction == "mean" else Fraction(1)

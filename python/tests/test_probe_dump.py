@@ -81,7 +81,8 @@ def test_weighted_sequences_are_lists_mirrored_by_their_weights():
 def test_observed_vectors_witness_and_sites():
     seen = dump.observed(dtype="float64", per_rank=[[-1.0, float("nan")], [-1.0, float("nan")]],
                          witness=[[-2.0, 0.0], [-2.0, 0.0]],
-                         sites=[dump.site("layers.0", [[-0.5, 0.0]] * 2, [[-1.0, 0.0]] * 2), dump.site("head", [[-1, 0]] * 2)])
+                         sites=[dump.site("layers.0", [[-0.5, 0.0]] * 2, [[-1.0, 0.0]] * 2),
+                                dump.site("head", [[-1, 0]] * 2)])
     assert seen["per_rank"][0] == ["-0x1.0000000000000p+0", "nan"]
     assert seen["sites"] == [
         {"name": "layers.0", "per_rank": [["-0x1.0000000000000p-1", "0x0.0p+0"]] * 2,

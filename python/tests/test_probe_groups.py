@@ -221,11 +221,13 @@ def test_sequence_objectives_need_the_sequences_of_every_microbatch(tmp_path):
 
 def test_weights_go_with_the_weighted_token_mean_only(tmp_path):
     probe = Probe(tiny_lm.make_model(torch.float32), sites=None)
-    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1]), weights=torch.tensor([0.5, 2.0])).sum().backward()
+    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1]),
+              weights=torch.tensor([0.5, 2.0])).sum().backward()
     document = written(probe, tmp_path)
     assert document["objective"] == "weighted_token_mean" and "witness" not in document["observed"]
     assert document["ranks"][0] == {"targets": [1, 1], "weights": ["0x1.0000000000000p-1", "0x1.0000000000000p+1"]}
-    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1]), weights=torch.tensor([0.5, 2.0])).sum().backward()
+    probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1]),
+              weights=torch.tensor([0.5, 2.0])).sum().backward()
     with pytest.raises(ProbeError, match="weighted_token_mean, not sequence_mean"):
         written(probe, tmp_path, objective="sequence_mean")
     probe.add(torch.zeros(2, requires_grad=True), torch.tensor([1, 1])).sum().backward()
@@ -245,7 +247,8 @@ def test_sites_are_parameters_of_their_submodules():
     assert "normcheck_probe" in names and not any("normcheck_probe" in n for n, _ in probe.named_model_parameters())
     assert not any("normcheck_probe" in key for key in model.state_dict())
     model.load_state_dict(tiny_lm.make_model(torch.float32).state_dict())
-    assert list(Probe(tiny_lm.make_model(torch.float32), sites=["layer.linear1", "head"]).sites) == ["layer.linear1", "head"]
+    assert (list(Probe(tiny_lm.make_model(torch.float32), sites=["layer.linear1", "head"]).sites)
+            == ["layer.linear1", "head"])
     assert Probe(tiny_lm.make_model(torch.float32), sites=None).sites == {}
     with pytest.raises(ProbeError, match="no submodule 'tail'"):
         Probe(tiny_lm.make_model(torch.float32), sites=["tail"])

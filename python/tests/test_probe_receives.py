@@ -42,9 +42,11 @@ GS = (2, 4)
 SCENARIOS = ("resumming_hook", "stage_output_hook", "module_gradient_scaling", "post_reduction_division")
 VERSIONS = ("planted", "correct")
 KNOWN = {
-    ("stage_output_hook", "planted"): "a site's term sits at the loss: a hook on an inner stage's output never acts on it",
+    ("stage_output_hook", "planted"): ("a site's term sits at the loss: "
+                                       "a hook on an inner stage's output never acts on it"),
     ("stage_output_hook", "correct"): "p's term sits at the loss: the last stage's ÷G never acts on it, the ×G shows",
-    ("module_gradient_scaling", "planted"): "the site's parameter did not exist when the module's parameters were hooked",
+    ("module_gradient_scaling", "planted"): ("the site's parameter did not exist "
+                                             "when the module's parameters were hooked"),
     ("module_gradient_scaling", "correct"): "p did not exist when the model's parameters were hooked: the ×G shows",
 }
 """What the probe does not measure yet: (scenario, version) → why (the test must fail until it does)."""

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from normcheck import _probe_capture as capture  # noqa: E402
-from normcheck.torch import Probe, ProbeError  # noqa: E402
+from normcheck.torch import Probe  # noqa: E402
 
 
 class Placement:

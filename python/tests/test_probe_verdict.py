@@ -90,7 +90,8 @@ def test_a_passing_verdict_carries_the_table_but_does_not_print_it():
 def test_sites_are_read_and_the_differing_one_is_shown():
     site = {"name": "layers.0", "verdict": "fail", "diagnosis": [entry("objective/G")],
             "weights": {"groups": 2, "rows": rows(2), "omitted": 0}}
-    other = {"name": "head", "verdict": "pass", "diagnosis": [], "weights": {"groups": 2, "rows": rows(2), "omitted": 0}}
+    other = {"name": "head", "verdict": "pass", "diagnosis": [],
+             "weights": {"groups": 2, "rows": rows(2), "omitted": 0}}
     verdict = check._verdict(report("fail", sites=[site, other]), True)
     assert [(s.name, s.verdict, s.diagnosis) for s in verdict.sites] == [("layers.0", "fail", ("objective/G",)),
                                                                          ("head", "pass", ())]
@@ -119,7 +120,8 @@ def test_sites_that_weigh_as_p_does_are_said_once():
 
 def test_notes_join_the_message():
     verdict = check._verdict(report("fail", diagnosis=["local_sum"]), True).with_notes(["captured at the reduction"])
-    assert verdict.notes == ("captured at the reduction",) and verdict.message.endswith("note: captured at the reduction")
+    assert (verdict.notes == ("captured at the reduction",)
+            and verdict.message.endswith("note: captured at the reduction"))
     assert verdict.with_notes([]) is verdict
 
 

@@ -89,7 +89,8 @@ def test_a_failure_is_diagnosed_once_by_rank_0_and_pointed_to_by_the_others(rank
         assert zero["err"][scenario].count(HEADING) == 1, zero["err"][scenario]
         assert zero["err"][scenario].count("local_mean = ") == 1
         assert "NormcheckFailure: normcheck: the gate FAILED" in zero["err"][scenario]
-        raised = [line for line in one["err"][scenario].splitlines() if line.startswith("normcheck.check.NormcheckFailure")]
+        raised = [line for line in one["err"][scenario].splitlines()
+                  if line.startswith("normcheck.check.NormcheckFailure")]
         assert raised == ["normcheck.check.NormcheckFailure: normcheck: step 0 FAILED (local_mean): "
                           "rank 0 reports the whole diagnosis"]
         assert HEADING not in one["err"][scenario] and "weight per token" not in one["err"][scenario]

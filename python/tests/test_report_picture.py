@@ -127,7 +127,8 @@ def test_the_pass_line_and_the_pointer_compute_every_number(verdicts):
         microbatches = sum(r["microbatches"] for r in report["ranks"])
         objective = report["objective"]
         line = passed_line(verdicts[name], 3)
-        assert line.startswith(f"normcheck: step 3 judged on {report['world_size']} ranks, {microbatches} microbatches, "
+        assert line.startswith(f"normcheck: step 3 judged on {report['world_size']} ranks, "
+                               f"{microbatches} microbatches, "
                                f"{report['valid_tokens']} tokens: ")
         if objective == "constant":
             assert line.endswith(f"the gradient of the loss sum over C = {report['normalizer']}")
@@ -157,7 +158,8 @@ def test_under_torchrun_rank_0_prints_the_diagnosis_before_any_rank_raises(verdi
     if torchrun:  # the diagnosis printed once, by rank 0, before its barrier; every rank raises one line
         assert [kind for kind, _ in events] == ["barrier", "raised", "barrier", "raised"]
         assert printed == [failed.message + "\n"]
-        assert raised_texts == [pointer_line(failed, 0, "the whole diagnosis is printed above"), pointer_line(failed, 0)]
+        assert raised_texts == [pointer_line(failed, 0, "the whole diagnosis is printed above"),
+                                pointer_line(failed, 0)]
     else:  # no barrier: rank 0's exception carries the diagnosis
         assert [kind for kind, _ in events] == ["raised", "raised"]
         assert raised_texts == [failed.message, pointer_line(failed, 0)]

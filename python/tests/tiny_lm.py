@@ -34,7 +34,8 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(dim, VOCAB)
 
     def forward(self, input_ids: torch.Tensor, labels: Optional[torch.Tensor] = None, reduction: str = "mean",
-                num_items_in_batch: Optional[Any] = None, shift: str = "slice", weight: Optional[torch.Tensor] = None) -> Any:
+                num_items_in_batch: Optional[Any] = None, shift: str = "slice",
+                weight: Optional[torch.Tensor] = None) -> Any:
         length = input_ids.shape[1]
         causal = torch.triu(torch.full((length, length), float("-inf"), dtype=self.head.weight.dtype), diagonal=1)
         logits = self.head(self.layer(self.embed(input_ids), src_mask=causal))

@@ -47,7 +47,8 @@ file_report check_partition(std::string_view text, std::string source, const che
   file_report report;
   report.file = source;
   try {
-    partition_file document = read_partition(text, std::move(source), options.limits, standard_sections(), options.jobs);
+    partition_file document =
+        read_partition(text, std::move(source), options.limits, standard_sections(), options.jobs);
     report.gradients = compute_gradients(document.update);
     report.expected_error = document.expect_error;
     report.document = std::move(document);
@@ -64,10 +65,12 @@ file_report check_partition(std::string_view text, std::string source, const che
     result.held = result.expected == result.actual;
     if (!result.held)
       report.failures.push_back("expect " + std::string(strategy_name(claim.name)) + " = " +
-                                canonical_or_undefined(result.expected) + ", but it is " + canonical_or_undefined(result.actual));
+                                canonical_or_undefined(result.expected) + ", but it is " +
+                                canonical_or_undefined(result.actual));
     report.expectations.push_back(std::move(result));
   }
-  for (const std::shared_ptr<section>& part : document.sections) part->judge(document, report.gradients, report.failures);
+  for (const std::shared_ptr<section>& part : document.sections)
+    part->judge(document, report.gradients, report.failures);
   if (options.require_gate && !document.find_section<gate_section>()->present())
     report.failures.emplace_back(no_gate_result);
   report.status = report.failures.empty() ? file_status::pass : file_status::fail;

@@ -7,7 +7,10 @@ namespace normcheck {
 namespace {
 
 void write_report_json(json_writer& json, const file_report& report) {
-  json.begin_object().member("file", json_name{report.file}).member("kind", document_kind_name(report.kind)).member("status", status_name(report.status));
+  json.begin_object()
+      .member("file", json_name{report.file})
+      .member("kind", document_kind_name(report.kind))
+      .member("status", status_name(report.status));
   if (report.document) {
     const partition& update = report.document->update;
     json.member("world_size", update.world_size())
@@ -35,7 +38,8 @@ void write_report_json(json_writer& json, const file_report& report) {
       json.end_object();
     }
     json.end_array().key("gradients").begin_object();
-    for (std::size_t g = 0; g < all_strategies.size(); ++g) json.member(strategy_name(all_strategies[g]), report.gradients[g]);
+    for (std::size_t g = 0; g < all_strategies.size(); ++g)
+      json.member(strategy_name(all_strategies[g]), report.gradients[g]);
     json.end_object().key("denominators").begin_object();
     for (strategy s : all_strategies) json.member(strategy_name(s), strategy_denominator(s, update.objective));
     json.end_object().key("equals_objective").begin_object();

@@ -29,7 +29,8 @@ std::string junit_report(const std::vector<file_report>& reports) {
       << "  <testsuite name=\"normcheck check\" tests=\"" << reports.size() << "\" failures=\"" << summary.failed
       << "\" errors=\"" << summary.errors << "\" skipped=\"0\">\n";
   for (const file_report& report : reports) {
-    out << "    <testcase classname=\"normcheck." << xml_escape(document_kind_name(report.kind)) << "\" name=\"" << xml_escape(escaped_name(report.file)) << "\"";
+    out << "    <testcase classname=\"normcheck." << xml_escape(document_kind_name(report.kind)) << "\" name=\""
+        << xml_escape(escaped_name(report.file)) << "\"";
     if (report.status == file_status::pass) {
       out << "/>\n";
       continue;

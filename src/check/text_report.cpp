@@ -18,7 +18,8 @@ void print_rejection(std::ostream& out, const file_report& report) {
   const error& e = *report.rejection;
   print_text_line(out, report);
   // Rejected as expected: a pass, or a fail when that is no verdict (--require-gate).
-  if (report.status != file_status::error) out << "      rejected as expected: " << printable(describe(e), true) << "\n";
+  if (report.status != file_status::error)
+    out << "      rejected as expected: " << printable(describe(e), true) << "\n";
   print_lines(out, report.failures);
 }
 
@@ -44,7 +45,8 @@ void print_text(std::ostream& out, const file_report& report) {
       << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
   if (weighted) out << ", objective weighted_token_mean, M = " << shorten(to_string(update.mass()));
   if (counts_sequences(update.objective) || update.has_sequences())
-    out << (counts_sequences(update.objective) ? ", objective " + std::string(objective_name(update.objective)) : std::string())
+    out << (counts_sequences(update.objective) ? ", objective " + std::string(objective_name(update.objective))
+                                               : std::string())
         << ", B = " << update.sequence_count() << " sequences";
   if (update.objective == objective_kind::constant)
     out << ", objective constant, C = " << shorten(to_string(update.normalizer));
@@ -96,7 +98,8 @@ void print_text(std::ostream& out, const file_report& report) {
 }
 
 void print_text_line(std::ostream& out, const file_report& report) {
-  if (report.rejection && report.status == file_status::error) out << "ERROR " << printable(describe(*report.rejection), true) << "\n";
+  if (report.rejection && report.status == file_status::error)
+    out << "ERROR " << printable(describe(*report.rejection), true) << "\n";
   else out << (report.status == file_status::pass ? "PASS  " : "FAIL  ") << escaped_name(report.file) << "\n";
 }
 

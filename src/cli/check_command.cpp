@@ -45,7 +45,8 @@ outcome run_check(const check_command_options& options) {
       check_paths(inputs, options.checking, options.jobs, [&](const file_report& report) {
         if (options.json) return;
         // Many files: a pass is one line and what failed is shown whole, so the failures are what one reads.
-        if (inputs.size() > 1 && !options.verbose && report.status == file_status::pass) print_text_line(std::cout, report);
+        if (inputs.size() > 1 && !options.verbose && report.status == file_status::pass)
+          print_text_line(std::cout, report);
         else print_text(std::cout, report);
       });
   const run_summary summary = summarize(reports);
@@ -78,8 +79,10 @@ void add_check_command(CLI::App& app, action& run) {
                     "Files checked at once (default: the cores available); reports keep their order")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
-  check->add_option("--output", options->output,
-                    "Also write the --json report to this file (a temporary file renamed into place: never half-written)")
+  check
+      ->add_option(
+          "--output", options->output,
+          "Also write the --json report to this file (a temporary file renamed into place: never half-written)")
       ->check(output_path());
   check->callback([&run, options] { run = [options] { return run_check(*options); }; });
 }

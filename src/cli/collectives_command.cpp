@@ -42,7 +42,9 @@ void add_collectives_command(CLI::App& app, action& run) {
   auto options = std::make_shared<collectives_options>();
   CLI::App* collectives = app.add_subcommand(
       "collectives", "Check JSON-lines traces of collective calls: every rank must issue the same sequence");
-  collectives->add_option("traces", options->paths, "Trace files: one per rank, or one with every rank's lines (- for standard input)")
+  collectives
+      ->add_option("traces", options->paths,
+                   "Trace files: one per rank, or one with every rank's lines (- for standard input)")
       ->required();
   collectives->add_option("--world-size", options->world_size,
                           "W, when some rank may have left no line (default: the largest rank + 1)")

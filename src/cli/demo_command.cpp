@@ -64,7 +64,8 @@ outcome run_demo_command(const demo_options& options) {
                       "\": normcheck reference checks that objective, and normcheck check judges the file");
     demo_input from_file;
     from_file.update = std::move(file.update);
-    from_file.origin = escaped_name(options.partition_file) + (file.description.empty() ? "" : " (" + printable(file.description) + ")");
+    from_file.origin = escaped_name(options.partition_file) +
+                       (file.description.empty() ? "" : " (" + printable(file.description) + ")");
     input = std::move(from_file);
   }
   if (!options.html_file.empty()) {

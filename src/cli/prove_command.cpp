@@ -86,10 +86,12 @@ void add_prove_command(CLI::App& app, action& run) {
   auto options = std::make_shared<prove_options>();
   CLI::App* prove = app.add_subcommand(
       "prove", "Decide whether a normalization recipe gives the objective's gradient on every partition");
-  prove->add_option("--scale", options->scale,
-                    "The scale each group (a sequence, or a microbatch without sequences) multiplies its loss sum by, e.g. "
-                    "\"W / N\" (counts: W, N, n_r, n_m, G; weighted: M, m_r, m_m; sequences: B, b_r, b_m, n_s; "
-                    "constant: C)")
+  prove
+      ->add_option(
+          "--scale", options->scale,
+          "The scale each group (a sequence, or a microbatch without sequences) multiplies its loss sum by, e.g. "
+          "\"W / N\" (counts: W, N, n_r, n_m, G; weighted: M, m_r, m_m; sequences: B, b_r, b_m, n_s; "
+          "constant: C)")
       ->required();
   prove->add_option("--reducer", options->reducer, "mean (DDP's default) or sum")->capture_default_str();
   prove->add_option("--objective", options->objective,

@@ -28,7 +28,8 @@ outcome run_reference() {
 }  // namespace
 
 void add_reference_command(CLI::App& app, action& run) {
-  CLI::App* reference = app.add_subcommand("reference", "Run the reference checks of the derivation and of the declared objectives");
+  CLI::App* reference =
+      app.add_subcommand("reference", "Run the reference checks of the derivation and of the declared objectives");
   reference->callback([&run] { run = run_reference; });
 }
 

@@ -116,7 +116,8 @@ void collective_trace::add_text(std::string_view text, std::string source, const
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     try {
       field_reader json(line, std::string(), limits);
-      if (json.peek() != json_kind::object) json.fail_type("each line of a trace", "a JSON object: one collective call");
+      if (json.peek() != json_kind::object)
+        json.fail_type("each line of a trace", "a JSON object: one collective call");
       json.begin_object();
       collective_call call;
       call.file = file;
@@ -140,7 +141,8 @@ void collective_trace::add_text(std::string_view text, std::string source, const
           call.seq = json.integer("seq", 0, max_trace_integer);
           saw_seq = true;
         } else if (key == "op") {
-          signature.op = json.named("op", [](std::string_view name) { return op_names.find(name); }, op_names.alternatives());
+          signature.op = json.named(
+              "op", [](std::string_view name) { return op_names.find(name); }, op_names.alternatives());
           saw_op = true;
         } else if (key == "tensor") {
           call.tensor = intern_name(json.text("tensor"));  // the view lives until the next string
@@ -148,7 +150,8 @@ void collective_trace::add_text(std::string_view text, std::string source, const
         } else if (key == "shape") {
           if (json.peek() != json_kind::array) json.fail_type("shape", "an array of non-negative integers");
           json.begin_array();
-          while (json.next_element()) signature.shape.push_back(json.integer("each extent of shape", 0, max_trace_integer));
+          while (json.next_element())
+            signature.shape.push_back(json.integer("each extent of shape", 0, max_trace_integer));
           saw_shape = true;
         } else if (key == "dtype") {
           signature.dtype = json.text("dtype");

@@ -78,9 +78,10 @@ trace_verdict check_trace(const collective_trace& trace, std::optional<std::size
                                      " twice (also at " + trace.files()[before.file] + ":" +
                                      std::to_string(before.line) + "): each call has its own number");
       if (call.seq != before.seq + 1)
-        trace_error(trace, call, "rank " + std::to_string(call.rank) + "'s seq jumps from " + std::to_string(before.seq) +
-                                     " to " + std::to_string(call.seq) +
-                                     ": the recorder numbers every call, so a line of this trace is missing");
+        trace_error(trace, call,
+                    "rank " + std::to_string(call.rank) + "'s seq jumps from " + std::to_string(before.seq) + " to " +
+                        std::to_string(call.seq) +
+                        ": the recorder numbers every call, so a line of this trace is missing");
       if (call.step < before.step)
         trace_error(trace, call, "rank " + std::to_string(call.rank) + "'s step goes back from " +
                                      std::to_string(before.step) + " to " + std::to_string(call.step) + " at seq " +
@@ -117,7 +118,8 @@ trace_verdict check_trace(const collective_trace& trace, std::optional<std::size
       if (present.empty()) break;
       bool agree = absent.empty();
       for (std::size_t r : present)
-        if (calls[by_rank[r][cursor[r]]].signature != calls[by_rank[present.front()][cursor[present.front()]]].signature)
+        if (calls[by_rank[r][cursor[r]]].signature !=
+            calls[by_rank[present.front()][cursor[present.front()]]].signature)
           agree = false;
       if (agree) {
         for (std::size_t& c : cursor) ++c;
@@ -129,7 +131,8 @@ trace_verdict check_trace(const collective_trace& trace, std::optional<std::size
       problem.position = position;
       for (std::size_t r = 0; r < w; ++r) {
         rank_call entry{r, std::nullopt};
-        if (const collective_call* call = at(r, cursor[r]); call && call->step == step) entry.call = by_rank[r][cursor[r]];
+        if (const collective_call* call = at(r, cursor[r]); call && call->step == step)
+          entry.call = by_rank[r][cursor[r]];
         problem.side_by_side.push_back(entry);
       }
       // Calls of rank r in this step, from position k on: the same signature and tensor name.

@@ -28,7 +28,8 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
   bool sources = false;
   for (const rank_call& entry : problem.side_by_side)
     if (entry.call && !trace.sources()[trace.calls()[*entry.call].source].empty()) sources = true;
-  std::vector<std::vector<std::string>> rows{{"rank", "seq", "op", "tensor", "shape", "dtype", "reduce_op", "group", "at"}};
+  std::vector<std::vector<std::string>> rows{
+      {"rank", "seq", "op", "tensor", "shape", "dtype", "reduce_op", "group", "at"}};
   if (sources) rows.front().push_back("issued at");
   for (const rank_call& entry : problem.side_by_side) {
     if (!entry.call) {
@@ -40,9 +41,10 @@ void print_trace_verdict(std::ostream& out, const collective_trace& trace, const
     const call_signature& s = trace.signatures()[call.signature];
     std::string op(collective_op_name(s.op));
     if (s.root) op += " root " + std::to_string(*s.root);
-    rows.push_back({std::to_string(entry.rank), std::to_string(call.seq), op, or_dash(printable(trace.tensor_names()[call.tensor])),
-                    s.op == collective_op::barrier && s.shape.empty() ? "—" : shape_text(s.shape), or_dash(printable(s.dtype)),
-                    or_dash(printable(s.reduce_op)), or_dash(printable(s.group)),
+    rows.push_back({std::to_string(entry.rank), std::to_string(call.seq), op,
+                    or_dash(printable(trace.tensor_names()[call.tensor])),
+                    s.op == collective_op::barrier && s.shape.empty() ? "—" : shape_text(s.shape),
+                    or_dash(printable(s.dtype)), or_dash(printable(s.reduce_op)), or_dash(printable(s.group)),
                     escaped_name(trace.files()[call.file]) + ":" + std::to_string(call.line)});
     if (sources) rows.back().push_back(or_dash(printable(trace.sources()[call.source])));
   }

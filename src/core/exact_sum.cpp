@@ -60,7 +60,8 @@ constexpr std::uint64_t max_before_hex_digit = UINT64_MAX >> 4;
 // significand · scale + digits, false when it leaves 64 bits.
 bool append_digits(std::uint64_t& significand, std::uint64_t scale, std::uint64_t digits) {
   std::uint64_t shifted;
-  return !__builtin_mul_overflow(significand, scale, &shifted) && !__builtin_add_overflow(shifted, digits, &significand);
+  return !__builtin_mul_overflow(significand, scale, &shifted) &&
+         !__builtin_add_overflow(shifted, digits, &significand);
 }
 
 // Reads decimal digits from p into `significand`, stopping at the first non-digit; nullptr when the

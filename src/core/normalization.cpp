@@ -39,7 +39,9 @@ bool token_units(const objective_units& units) {
 
 // The report's six.
 
-std::optional<rational> objective_weight(const objective_units& units, const group_ref&) { return reciprocal(units.total()); }
+std::optional<rational> objective_weight(const objective_units& units, const group_ref&) {
+  return reciprocal(units.total());
+}
 
 std::optional<rational> per_rank(const objective_units& units, const group_ref& at) {
   return reciprocal(units.of_rank(at.rank));
@@ -119,7 +121,8 @@ std::optional<rational> sequence_share(const objective_units& units, const group
   const microbatch_stats& microbatch = rank.microbatches[at.microbatch];
   const std::uint64_t rank_sequences = rank.sequence_count();
   if (rank_sequences == 0 || microbatch.valid_tokens == 0) return std::nullopt;
-  rational c = rational(microbatch.sequence_count()) / (rational(rank_sequences) * units.of_microbatch(at.rank, at.microbatch));
+  rational c =
+      rational(microbatch.sequence_count()) / (rational(rank_sequences) * units.of_microbatch(at.rank, at.microbatch));
   return c;
 }
 
@@ -177,26 +180,49 @@ std::optional<rational> before_sequence_sharding(const objective_units& units, c
 // for a diagnosis, what was computed, why it is wrong (under a summing reducer where that differs) and what
 // to do.
 constexpr std::array<normalization, 6> report_table{{
-    {.name = "global_mean", .formula = "ΣSᵣ/{D}", .denominator = "{D}", .level = scope::update,
-     .objective_itself = true, .coefficient = objective_weight},
-    {.name = "local_mean", .formula = "Sᵣ/{Dr}", .denominator = "{Dr}", .level = scope::rank, .coefficient = per_rank,
+    {.name = "global_mean",
+     .formula = "ΣSᵣ/{D}",
+     .denominator = "{D}",
+     .level = scope::update,
+     .objective_itself = true,
+     .coefficient = objective_weight},
+    {.name = "local_mean",
+     .formula = "Sᵣ/{Dr}",
+     .denominator = "{Dr}",
+     .level = scope::rank,
+     .coefficient = per_rank,
      .computed = "each rank backpropagated its local mean Sᵣ/nᵣ",
      .why_wrong = "the ranks are then weighted equally whatever their valid-token counts, so a token on a rank with "
                   "few tokens weighs more than one on a rank with many"},
-    {.name = "local_sum", .formula = "Sᵣ", .denominator = "none", .level = scope::update, .coefficient = unnormalized,
+    {.name = "local_sum",
+     .formula = "Sᵣ",
+     .denominator = "none",
+     .level = scope::update,
+     .coefficient = unnormalized,
      .computed = "each rank backpropagated its loss sum Sᵣ without dividing by a token count",
      .why_wrong = "DDP's mean then yields ΣSᵣ/W: the token count N never enters, so the scale is N/W times the "
                   "objective's",
      .why_wrong_summed = "the summing reducer then yields ΣSᵣ: N times the objective's gradient"},
-    {.name = "scaled_sum", .formula = "W·Sᵣ/{D}", .denominator = "{D}", .level = scope::update, .coefficient = compensated,
+    {.name = "scaled_sum",
+     .formula = "W·Sᵣ/{D}",
+     .denominator = "{D}",
+     .level = scope::update,
+     .coefficient = compensated,
      .computed = "each rank backpropagated W·Sᵣ/N, the compensation for a reducer that divides by W",
      .why_wrong = "this reducer sums without dividing, so the world-size factor is applied once too often: W times "
                   "the objective's gradient"},
-    {.name = "global_share", .formula = "Sᵣ/{D}", .denominator = "{D}", .level = scope::update,
-     .coefficient = objective_weight, .computed = "each rank backpropagated Sᵣ/N without the world-size factor",
+    {.name = "global_share",
+     .formula = "Sᵣ/{D}",
+     .denominator = "{D}",
+     .level = scope::update,
+     .coefficient = objective_weight,
+     .computed = "each rank backpropagated Sᵣ/N without the world-size factor",
      .why_wrong = "DDP's mean reducer divides the sum by W once more, so the result is the objective's gradient "
                   "divided by W"},
-    {.name = "microbatch_mean", .formula = "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}", .denominator = "{Drm}", .level = scope::microbatch,
+    {.name = "microbatch_mean",
+     .formula = "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}",
+     .denominator = "{Drm}",
+     .level = scope::microbatch,
      .coefficient = per_microbatch,
      .computed = "each microbatch backpropagated its own mean (per-microbatch denominator) and the accumulation "
                  "divided by the number of microbatches",
@@ -205,72 +231,108 @@ constexpr std::array<normalization, 6> report_table{{
 }};
 
 constexpr std::array<normalization, 12> diagnosed_table{{
-    {.name = "sum_of_microbatch_means", .formula = "Σₘ Sᵣₘ/{Drm}", .denominator = "{Drm}", .level = scope::microbatch,
+    {.name = "sum_of_microbatch_means",
+     .formula = "Σₘ Sᵣₘ/{Drm}",
+     .denominator = "{Drm}",
+     .level = scope::microbatch,
      .coefficient = per_microbatch_summed,
      .computed = "each microbatch backpropagated its own mean and the accumulation did not divide by the number of "
                  "microbatches: Σₘ Sᵣₘ/nᵣₘ",
      .why_wrong = "every microbatch then weighs the same whatever its count, and the window G times too much",
      .remedy = "the denominator must be the update's, not each microbatch's"},
-    {.name = "empty_microbatches_counted", .formula = "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}, empty microbatches counted in Gᵣ",
-     .denominator = "{Drm}", .level = scope::microbatch, .coefficient = per_microbatch_empty_counted,
+    {.name = "empty_microbatches_counted",
+     .formula = "(1/Gᵣ)·Σₘ Sᵣₘ/{Drm}, empty microbatches counted in Gᵣ",
+     .denominator = "{Drm}",
+     .level = scope::microbatch,
+     .coefficient = per_microbatch_empty_counted,
      .computed = "each microbatch backpropagated its own mean, skipping those without valid tokens, and the "
                  "accumulation divided by every microbatch, the empty ones included",
      .why_wrong = "microbatches then weigh the same whatever their counts, and an empty microbatch still takes its "
                   "share of the division"},
-    {.name = "count_padding", .formula = "W·Sᵣ/(N + P)", .denominator = "N + P", .level = scope::update,
+    {.name = "count_padding",
+     .formula = "W·Sᵣ/(N + P)",
+     .denominator = "N + P",
+     .level = scope::update,
      .coefficient = positions_counted,
      .computed = "the loss sum divided by the update's positions, padding included, instead of its valid tokens",
      .why_wrong = "padding positions (null in the file: padding, ignored labels) hold no token, so they must not "
                   "count"},
-    {.name = "count_before_shift", .formula = "W·Sᵣ/(N + rows)", .denominator = "N + rows", .level = scope::update,
+    {.name = "count_before_shift",
+     .formula = "W·Sᵣ/(N + rows)",
+     .denominator = "N + rows",
+     .level = scope::update,
      .coefficient = labels_before_shift,
      .computed = "the loss sum divided by the labels counted before the shift for next-token prediction: N plus one "
                  "per row",
      .why_wrong = "the first label of each row is never predicted",
      .remedy = "count the labels the loss sees, after the shift"},
-    {.name = "microbatch_global_count", .formula = "(1/G)·Σₘ W·Sᵣₘ/Σᵣ{Drm}", .denominator = "Σᵣ{Drm}",
-     .level = scope::microbatch, .coefficient = per_microbatch_global,
+    {.name = "microbatch_global_count",
+     .formula = "(1/G)·Σₘ W·Sᵣₘ/Σᵣ{Drm}",
+     .denominator = "Σᵣ{Drm}",
+     .level = scope::microbatch,
+     .coefficient = per_microbatch_global,
      .computed = "each microbatch divided by its own count over all ranks (a per-microbatch global count) and the "
                  "accumulation by G",
      .why_wrong = "every microbatch then weighs the same whatever its count",
      .remedy = "count the valid tokens of the whole window, over all ranks and all accumulated microbatches"},
-    {.name = "sequence_share", .formula = "Σₘ (Sᵣₘ/{Drm})·(bᵣₘ/bᵣ)", .denominator = "{Drm}·bᵣ/bᵣₘ",
-     .level = scope::microbatch, .coefficient = sequence_share,
+    {.name = "sequence_share",
+     .formula = "Σₘ (Sᵣₘ/{Drm})·(bᵣₘ/bᵣ)",
+     .denominator = "{Drm}·bᵣ/bᵣₘ",
+     .level = scope::microbatch,
+     .coefficient = sequence_share,
      .computed = "each microbatch's token mean weighted by its share of the rank's sequences: Σₘ (Sᵣₘ/nᵣₘ)·(bᵣₘ/bᵣ)",
      .why_wrong = "a token's weight then depends on how many tokens and sequences its microbatch holds"},
-    {.name = "prefix_count", .formula = "Σₘ Sᵣₘ/({Dr}₀ + … + {Drm})", .denominator = "a running count",
-     .level = scope::microbatch, .coefficient = running_count,
+    {.name = "prefix_count",
+     .formula = "Σₘ Sᵣₘ/({Dr}₀ + … + {Drm})",
+     .denominator = "a running count",
+     .level = scope::microbatch,
+     .coefficient = running_count,
      .computed = "each microbatch divided by a running count (the tokens seen so far in the window)",
      .why_wrong = "earlier microbatches then weigh more than later ones",
      .remedy = "divide every microbatch by the count of the whole window"},
-    {.name = "sequence_positions", .formula = "Σₛ Sₛ/(nₛ + pₛ)", .denominator = "positions of each sequence",
-     .level = scope::group, .coefficient = per_sequence_positions,
+    {.name = "sequence_positions",
+     .formula = "Σₛ Sₛ/(nₛ + pₛ)",
+     .denominator = "positions of each sequence",
+     .level = scope::group,
+     .coefficient = per_sequence_positions,
      .computed = "each sequence's loss sum divided by its padded length (its positions, padding included)",
      .why_wrong = "a token's weight then depends on the padding of its row"},
-    {.name = "count_over_data_dims", .formula = "W·Sᵣ/({Dr} summed over {data})", .denominator = "{Dr} summed over {data}",
-     .level = scope::rank, .coefficient = over_data_dims_only,
+    {.name = "count_over_data_dims",
+     .formula = "W·Sᵣ/({Dr} summed over {data})",
+     .denominator = "{Dr} summed over {data}",
+     .level = scope::rank,
+     .coefficient = over_data_dims_only,
      .computed = "each rank divided its loss sum by the count reduced over {data} only, not over {mesh}: the ranks "
                  "of one {sequence} group hold slices of the same sequences, and each count left out the other "
                  "slices' tokens",
      .why_wrong = "each count is about 1/{CP} of the update's, so the gradient is about {CP} times the objective's, "
                   "and a token's weight depends on how its sequences were split over {sequence}",
      .remedy = "reduce the count over every data and sequence dimension ({mesh})"},
-    {.name = "count_over_sequence_dims", .formula = "{CP}·Sᵣ/({Dr} summed over {sequence})",
-     .denominator = "{Dr} summed over {sequence}", .level = scope::rank, .coefficient = over_sequence_dims_only,
+    {.name = "count_over_sequence_dims",
+     .formula = "{CP}·Sᵣ/({Dr} summed over {sequence})",
+     .denominator = "{Dr} summed over {sequence}",
+     .level = scope::rank,
+     .coefficient = over_sequence_dims_only,
      .computed = "each rank divided its loss sum by the count of its {sequence} group (reduced over {sequence}, not "
                  "over {mesh}) and scaled it by {CP} for the mean over {sequence}",
      .why_wrong = "every {data} coordinate's sequences then weigh the same whatever their valid-token counts: a mean "
                   "of the {data} groups' means",
      .remedy = "reduce the count over {mesh}"},
-    {.name = "count_before_sequence_sharding", .formula = "W·Sᵣ/({CP}·{D})", .denominator = "{CP}·{D}",
-     .level = scope::update, .coefficient = before_sequence_sharding,
+    {.name = "count_before_sequence_sharding",
+     .formula = "W·Sᵣ/({CP}·{D})",
+     .denominator = "{CP}·{D}",
+     .level = scope::update,
+     .coefficient = before_sequence_sharding,
      .computed = "every rank counted the valid tokens of its whole sequences, before they were split over "
                  "{sequence}, and the counts were summed over {mesh}: each token counted {CP} times",
      .why_wrong = "the denominator is {CP} times the update's, so the gradient is the objective's divided by {CP}, "
                   "as it would be with the loss averaged over {sequence} once too often",
      .remedy = "count the tokens each rank holds after the split, or sum the whole sequences' counts over {data} "
                "only"},
-    {.name = "count_with_replicas", .formula = "W·Sᵣ/({TP}·{D})", .denominator = "{TP}·{D}", .level = scope::update,
+    {.name = "count_with_replicas",
+     .formula = "W·Sᵣ/({TP}·{D})",
+     .denominator = "{TP}·{D}",
+     .level = scope::update,
      .coefficient = replicas_counted,
      .computed = "the count was reduced over every rank of the mesh, {replica} included: the ranks of {replica} "
                  "hold the same tokens, so each token was counted {TP} times",
@@ -404,7 +466,8 @@ std::string mesh_spelled(std::string_view text, const partition& update) {
   }};
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
-    const auto slot = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return text.substr(i).starts_with(s.first); });
+    const auto slot =
+        std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return text.substr(i).starts_with(s.first); });
     if (slot == slots.end()) {
       out += text[i++];
       continue;
@@ -449,7 +512,8 @@ rational reduction(const objective_units& units, const normalization& n) {
 
 }  // namespace
 
-std::optional<rational> local_coefficient(const objective_units& units, const normalization& n, const group_ref& where) {
+std::optional<rational> local_coefficient(const objective_units& units, const normalization& n,
+                                          const group_ref& where) {
   const std::optional<rational> c = n.coefficient(units, where);
   if (!c) return std::nullopt;
   const group_stats& group = units.update().ranks[where.rank].microbatches[where.microbatch].group(where.group);

@@ -352,7 +352,8 @@ microbatch_stats microbatch_builder::finish() const {
   stats.valid_tokens = valid_tokens_;
   stats.padding = padding_;
   if (weighted_tokens_ != (weighted_ ? valid_tokens_ : 0))
-    throw error(error_code::schema_error, "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
+    throw error(error_code::schema_error,
+                "a microbatch mixes weighted and unweighted tokens: give every valid token a weight");
   if (valid_tokens_ == 0) return stats;  // every sum is 0
   target_sums values;
   const rational positive = positive_.value();
@@ -415,7 +416,8 @@ partition make_weighted_partition(const std::vector<std::vector<std::vector<toke
   p.reducer = reducer;
   p.objective = objective_kind::weighted_token_mean;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    if (weights[r].size() != ranks[r].size()) mismatch("rank " + std::to_string(r) + " has another number of microbatches");
+    if (weights[r].size() != ranks[r].size())
+      mismatch("rank " + std::to_string(r) + " has another number of microbatches");
     rank_stats rank;
     for (std::size_t m = 0; m < ranks[r].size(); ++m) {
       const std::vector<token>& tokens = ranks[r][m];
@@ -430,7 +432,8 @@ partition make_weighted_partition(const std::vector<std::vector<std::vector<toke
           builder.add_padding();
           continue;
         }
-        if (*w[i] < 0) throw error(error_code::bad_number, "a token weight must not be negative, found " + to_string(*w[i]));
+        if (*w[i] < 0)
+          throw error(error_code::bad_number, "a token weight must not be negative, found " + to_string(*w[i]));
         builder.add_weighted_token(*tokens[i], *w[i]);
       }
       rank.microbatches.push_back(builder.finish());

@@ -42,11 +42,12 @@ void exact_budget::note_denominator(const integer& denominator, const field_read
   if (!denominators_.insert(std::move(key)).second) return;
   fraction_bits_ += bits(rest);
   if (fraction_bits_ > bits_of_digits(limits_.max_fraction_digits))
-    at.fail(error_code::limit_exceeded,
-            "the distinct denominators of the document's fractions (factors 2 and 5 apart) pass " +
-                std::to_string(limits_.max_fraction_digits) +
-                " digits: a sum of fractions that share nothing needs them all (--max-fraction-digits raises the limit)",
-            offset);
+    at.fail(
+        error_code::limit_exceeded,
+        "the distinct denominators of the document's fractions (factors 2 and 5 apart) pass " +
+            std::to_string(limits_.max_fraction_digits) +
+            " digits: a sum of fractions that share nothing needs them all (--max-fraction-digits raises the limit)",
+        offset);
 }
 
 void exact_budget::note_kept(const rational& value, const field_reader& at, std::uint64_t offset) {
@@ -93,8 +94,9 @@ rational field_reader::non_negative(std::string_view what) {
 
 std::uint64_t field_reader::integer(std::string_view what, std::uint64_t low, std::uint64_t high, error_code beyond) {
   const std::uint64_t offset = value_offset();
-  const std::string expected = low == 0 ? "a non-negative integer" : low == 1 ? "a positive integer"
-                                                                              : "an integer of at least " + std::to_string(low);
+  const std::string expected = low == 0   ? "a non-negative integer"
+                               : low == 1 ? "a positive integer"
+                                          : "an integer of at least " + std::to_string(low);
   if (peek() != json_kind::number) fail_type(what, expected);
   const std::string_view written = number_text();
   machine_literal fast;
@@ -104,7 +106,8 @@ std::uint64_t field_reader::integer(std::string_view what, std::uint64_t low, st
   if (denominator(value) != 1 || value < low)
     fail(error_code::schema_error, std::string(what) + " must be " + expected + ", found " + to_string(value), offset);
   if (value > high)
-    fail(beyond, std::string(what) + " is " + to_string(value) + ", more than the limit of " + std::to_string(high), offset);
+    fail(beyond, std::string(what) + " is " + to_string(value) + ", more than the limit of " + std::to_string(high),
+         offset);
   return static_cast<std::uint64_t>(numerator(value));
 }
 
@@ -124,7 +127,8 @@ void field_reader::format(std::string_view expected) {
   const std::string_view value = string_value();
   if (value != expected)
     fail(error_code::schema_error,
-         "unsupported format \"" + std::string(value) + "\": this reader takes \"" + std::string(expected) + "\"", offset);
+         "unsupported format \"" + std::string(value) + "\": this reader takes \"" + std::string(expected) + "\"",
+         offset);
 }
 
 error_code field_reader::expected_error() {
@@ -133,13 +137,14 @@ error_code field_reader::expected_error() {
   const std::string_view value = string_value();
   const std::optional<error_code> code = code_from_name(value);
   if (!code || *code == error_code::usage_error || *code == error_code::io_error)
-    fail(error_code::schema_error, "expect_error \"" + std::string(value) + "\" is not an error code a document can produce",
-         offset);
+    fail(error_code::schema_error,
+         "expect_error \"" + std::string(value) + "\" is not an error code a document can produce", offset);
   return *code;
 }
 
 void field_reader::fail_unknown_key(std::string_view key, std::string_view where_and_known) {
-  fail(error_code::schema_error, "unknown key \"" + printable(key) + "\" " + std::string(where_and_known), key_offset());
+  fail(error_code::schema_error, "unknown key \"" + printable(key) + "\" " + std::string(where_and_known),
+       key_offset());
 }
 
 bool members_seen::has(std::string_view key) const {
@@ -179,7 +184,8 @@ members_seen field_reader::read_object(const object_shape& shape) {
 void field_reader::fail_unknown(std::string_view what, std::string_view spelled, std::string_view alternatives,
                                 std::uint64_t offset) {
   fail(error_code::schema_error,
-       "unknown " + std::string(what) + " \"" + printable(spelled) + "\": expected " + std::string(alternatives), offset);
+       "unknown " + std::string(what) + " \"" + printable(spelled) + "\": expected " + std::string(alternatives),
+       offset);
 }
 
 }  // namespace normcheck

@@ -39,7 +39,8 @@ std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept {
 
 bool mesh_name(std::string_view name) {
   if (name.empty() || name.front() < 'a' || name.front() > 'z') return false;
-  return std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 // Half-open positions [start, end) of a whole sequence.
@@ -135,7 +136,8 @@ public:
     collect_pooled();
     json_.finish();
     if (!saw_format)
-      json_.fail(error_code::schema_error, "missing key \"format\": a partition file declares \"format\": \"normcheck/1\"", 0);
+      json_.fail(error_code::schema_error,
+                 "missing key \"format\": a partition file declares \"format\": \"normcheck/1\"", 0);
     if (!saw_ranks)
       json_.fail(error_code::schema_error, "missing key \"ranks\": the ranks of the update, one object each", 0);
     const std::uint64_t ranks = file_.update.world_size();
@@ -178,7 +180,8 @@ private:
       json_.begin_array();
       while (json_.next_element()) file_.update.mesh.push_back(read_mesh_dim());
       if (file_.update.mesh.empty())
-        json_.fail(error_code::schema_error, "mesh.dims must not be empty: name every dimension of the mesh", dims_offset);
+        json_.fail(error_code::schema_error, "mesh.dims must not be empty: name every dimension of the mesh",
+                   dims_offset);
     }
     if (!saw_dims) json_.fail(error_code::schema_error, "mesh needs \"dims\": the mesh's dimensions", *mesh_offset_);
   }
@@ -226,7 +229,8 @@ private:
   void check_mesh() {
     if (file_.update.mesh.empty()) {
       if (!coords_.empty())
-        json_.fail(error_code::schema_error, "a rank gives \"coords\" but the file declares no mesh", coords_.front().second);
+        json_.fail(error_code::schema_error, "a rank gives \"coords\" but the file declares no mesh",
+                   coords_.front().second);
       return;
     }
     rational product = 1;
@@ -255,8 +259,10 @@ private:
       if (dim.size == 1 || dim.role != mesh_role::sequence) continue;
       if (counts_sequences(file_.update.objective))
         json_.fail(error_code::schema_error,
-                   "mesh dimension \"" + dim.name + "\" has the role sequence, whose slices this normcheck does not yet "
-                   "join into whole sequences under " + std::string(objective_name(file_.update.objective)),
+                   "mesh dimension \"" + dim.name +
+                       "\" has the role sequence, whose slices this normcheck does not yet "
+                       "join into whole sequences under " +
+                       std::string(objective_name(file_.update.objective)),
                    *mesh_offset_);
     }
   }
@@ -274,7 +280,8 @@ private:
     json_.begin_array();
     std::vector<std::uint64_t> coords;
     while (json_.next_element())
-      coords.push_back(json_.integer("each coordinate", 0, std::numeric_limits<std::uint64_t>::max(), error_code::schema_error));
+      coords.push_back(
+          json_.integer("each coordinate", 0, std::numeric_limits<std::uint64_t>::max(), error_code::schema_error));
     const std::size_t rank = file_.update.ranks.size();
     coords_.emplace_back(rank, offset);
     given_coords_[rank] = std::move(coords);
@@ -370,7 +377,8 @@ private:
       rank.microbatches.front() = read_weighted_microbatch(tokens, weights);
       return;
     }
-    if (weights.peek() != json_kind::array) weights.fail_type("weights", "an array of weight arrays, one per microbatch");
+    if (weights.peek() != json_kind::array)
+      weights.fail_type("weights", "an array of weight arrays, one per microbatch");
     tokens.begin_array();
     weights.begin_array();
     for (microbatch_stats& microbatch : rank.microbatches) {
@@ -458,9 +466,10 @@ private:
       if (tokens.peek() == json_kind::null) {
         tokens.null_value();
         if (weights.peek() != json_kind::null)
-          weights.fail(error_code::schema_error,
-                       "position " + std::to_string(position) + " is padding (its target is null), so its weight must be null",
-                       weights.value_offset());
+          weights.fail(
+              error_code::schema_error,
+              "position " + std::to_string(position) + " is padding (its target is null), so its weight must be null",
+              weights.value_offset());
         weights.null_value();
         builder.add_padding();
         continue;
@@ -472,10 +481,11 @@ private:
       const literal_parts target = target_is_fast ? literal_parts{} : tokens.literal("a token value");
       const std::uint64_t weight_offset = weights.value_offset();
       if (weights.peek() == json_kind::null)
-        weights.fail(error_code::schema_error,
-                     "position " + std::to_string(position) +
-                         " holds a valid token, so its weight must be an exact non-negative number (null only beside padding)",
-                     weight_offset);
+        weights.fail(
+            error_code::schema_error,
+            "position " + std::to_string(position) +
+                " holds a valid token, so its weight must be an exact non-negative number (null only beside padding)",
+            weight_offset);
       const bool weight_is_fast = weights.machine_value(fast_weight);
       const literal_parts w = weight_is_fast ? literal_parts{} : weights.literal("a token weight");
       const bool negative = weight_is_fast ? fast_weight.negative && fast_weight.significand != 0
@@ -537,10 +547,11 @@ private:
   // Counts one more group (a microbatch or a sequence) against --max-microbatches.
   void count_group(std::uint64_t offset) {
     if (++groups_ > json_.limits().max_microbatches)
-      json_.fail(error_code::limit_exceeded,
-                 "the update has more than " + std::to_string(json_.limits().max_microbatches) +
-                     " microbatches over all ranks (--max-microbatches raises the limit; sequences count as microbatches)",
-                 offset);
+      json_.fail(
+          error_code::limit_exceeded,
+          "the update has more than " + std::to_string(json_.limits().max_microbatches) +
+              " microbatches over all ranks (--max-microbatches raises the limit; sequences count as microbatches)",
+          offset);
   }
 
   // Adds a group's positions to the update's, failing at the group that passes max_count: every count the
@@ -578,8 +589,8 @@ private:
         count_group(sequence_offset);
         json_.begin_object();
         if (!json_.next_member(key))
-          json_.fail(error_code::schema_error, "a sequence is a token array or a compact group {\"count\": n, \"value\": y}",
-                     sequence_offset);
+          json_.fail(error_code::schema_error,
+                     "a sequence is a token array or a compact group {\"count\": n, \"value\": y}", sequence_offset);
         if (key == "sequences")
           json_.fail(error_code::schema_error, "sequences do not nest: a sequence is a token array or a compact group",
                      json_.key_offset());
@@ -590,7 +601,8 @@ private:
     }
     if (sequences.empty())
       json_.fail(error_code::schema_error,
-                 "sequences must not be empty: a microbatch without tokens is [] (give at least one sequence)", list_offset);
+                 "sequences must not be empty: a microbatch without tokens is [] (give at least one sequence)",
+                 list_offset);
     if (json_.next_member(key))
       json_.fail_unknown_key(key, "beside sequences (a microbatch with sequences has only \"sequences\")");
     return make_sequenced_microbatch(std::move(sequences));
@@ -765,8 +777,9 @@ private:
         if (end > range.start)
           json_.fail(error_code::schema_error,
                      "a duplicated token: sequence \"" + printable(slice.id) + "\" of microbatch " +
-                         std::to_string(slice.microbatch) + " holds position " + std::to_string(std::max(start, range.start)) +
-                         " on rank " + std::to_string(rank) + " already, and again on rank " + std::to_string(slice.rank),
+                         std::to_string(slice.microbatch) + " holds position " +
+                         std::to_string(std::max(start, range.start)) + " on rank " + std::to_string(rank) +
+                         " already, and again on rank " + std::to_string(slice.rank),
                      slice.offset);
       }
       for (const position_range& range : slice.positions) ranges[range.start] = {range.end, slice.rank};
@@ -784,7 +797,8 @@ private:
       if (first == r) {
         kept[r] = firsts.size();
         firsts.push_back(std::move(file_.update.ranks[r]));
-      } else if (const std::optional<std::string> where = first_difference(firsts[kept.at(first)], file_.update.ranks[r])) {
+      } else if (const std::optional<std::string> where =
+                     first_difference(firsts[kept.at(first)], file_.update.ranks[r])) {
         json_.fail(error_code::schema_error,
                    "rank " + std::to_string(r) + " is a replica of rank " + std::to_string(first) + " along " +
                        file_.update.mesh_names(mesh_role::replica) + " but holds other tokens (" + *where +
@@ -903,7 +917,8 @@ private:
         std::string names;
         for (strategy s : all_strategies) names += (names.empty() ? "" : ", ") + std::string(strategy_name(s));
         json_.fail(error_code::schema_error,
-                   "unknown gradient \"" + printable(key) + "\" in expect (known: " + known_keys(&section::expect_keys, names) + ")",
+                   "unknown gradient \"" + printable(key) +
+                       "\" in expect (known: " + known_keys(&section::expect_keys, names) + ")",
                    json_.key_offset());
       }
       expectation entry{*name, std::nullopt};

@@ -57,12 +57,14 @@ void write_microbatches(json_writer& json, const std::vector<std::vector<token>>
                         const std::vector<std::vector<std::size_t>>* sequences) {
   if (microbatches.size() == 1) return write_microbatch(json, microbatches.front(), lengths_of(sequences, 0));
   json.begin_array();
-  for (std::size_t m = 0; m < microbatches.size(); ++m) write_microbatch(json, microbatches[m], lengths_of(sequences, m));
+  for (std::size_t m = 0; m < microbatches.size(); ++m)
+    write_microbatch(json, microbatches[m], lengths_of(sequences, m));
   json.end_array();
 }
 
 void write_rank(json_writer& json, const std::vector<std::vector<token>>& microbatches,
-                const std::vector<std::vector<token>>* weights, const std::vector<std::vector<std::size_t>>* sequences) {
+                const std::vector<std::vector<token>>* weights,
+                const std::vector<std::vector<std::size_t>>* sequences) {
   json.begin_object().key(microbatches.size() == 1 ? "targets" : "microbatches");
   write_microbatches(json, microbatches, sequences);
   if (weights) {
@@ -78,7 +80,8 @@ void write_expect(json_writer& json, const std::vector<expectation>& expect) {
     const std::string_view name = strategy_name(expect[i].name);
     for (std::size_t j = 0; j < i; ++j)
       if (expect[j].name == expect[i].name)
-        refuse(error_code::schema_error, "the gradient " + std::string(name) + " is expected twice; a document names each once");
+        refuse(error_code::schema_error,
+               "the gradient " + std::string(name) + " is expected twice; a document names each once");
     json.key(name);
     if (expect[i].value) write_literal(json, *expect[i].value, "an expected gradient");
     else json.null();
@@ -100,7 +103,8 @@ partition to_partition(const token_partition& tokens) {
     return p;
   };
   if (tokens.sequences.empty()) {
-    if (weighted) return with_objective(make_weighted_partition(tokens.ranks, tokens.weights, tokens.theta, tokens.reducer));
+    if (weighted)
+      return with_objective(make_weighted_partition(tokens.ranks, tokens.weights, tokens.theta, tokens.reducer));
     return with_objective(make_accumulated_partition(tokens.ranks, tokens.theta, tokens.reducer));
   }
   if (tokens.sequences.size() != tokens.ranks.size())
@@ -112,7 +116,8 @@ partition to_partition(const token_partition& tokens) {
   for (std::size_t r = 0; r < tokens.ranks.size(); ++r) {
     const std::vector<std::vector<std::size_t>>& rank = tokens.sequences[r];
     if (rank.size() != tokens.ranks[r].size() && !rank.empty())
-      refuse(error_code::schema_error, "rank " + std::to_string(r) + " lists sequences for another number of microbatches");
+      refuse(error_code::schema_error,
+             "rank " + std::to_string(r) + " lists sequences for another number of microbatches");
     for (std::size_t m = 0; m < tokens.ranks[r].size(); ++m) {
       const std::vector<token>& all = tokens.ranks[r][m];
       const std::vector<token>* all_weights =
@@ -177,7 +182,8 @@ void write_document(json_writer& json, const token_partition& tokens, const docu
   for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
     if (tokens.ranks[r].empty())
       refuse(error_code::schema_error,
-             "rank " + std::to_string(r) + " has no microbatch; a rank takes part with at least one (an empty one if it holds no token)");
+             "rank " + std::to_string(r) +
+                 " has no microbatch; a rank takes part with at least one (an empty one if it holds no token)");
   if (options.expect_error &&
       (*options.expect_error == error_code::usage_error || *options.expect_error == error_code::io_error))
     refuse(error_code::schema_error, "expect_error " + std::string(code_name(*options.expect_error)) +
@@ -188,7 +194,8 @@ void write_document(json_writer& json, const token_partition& tokens, const docu
   // expect_error precedes the ranks: a reader finds it among the members before any syntax error.
   if (options.expect_error) json.member("expect_error", code_name(*options.expect_error));
   const bool weighted = !tokens.weights.empty();
-  if (weighted || !tokens.sequences.empty() || tokens.objective != objective_kind::token_mean || tokens.normalizer != 0) {
+  if (weighted || !tokens.sequences.empty() || tokens.objective != objective_kind::token_mean ||
+      tokens.normalizer != 0) {
     // Refuses weights or sequences that do not fit the tokens, and an objective the counts cannot have.
     const partition update = to_partition(tokens);
     if (update.objective != objective_kind::weighted_token_mean && update.objective != objective_kind::token_mean &&

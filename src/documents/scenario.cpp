@@ -39,7 +39,9 @@ std::optional<state_part> state_part_from_name(std::string_view name) noexcept {
 
 std::string_view halt_cause_name(halt_cause cause) noexcept { return detail::cause_names.name(cause); }
 
-std::optional<halt_cause> halt_cause_from_name(std::string_view name) noexcept { return detail::cause_names.find(name); }
+std::optional<halt_cause> halt_cause_from_name(std::string_view name) noexcept {
+  return detail::cause_names.find(name);
+}
 
 scenario read_scenario(std::string_view text, std::string source, const reader_limits& limits) {
   return detail::scenario_reader(text, std::move(source), limits).read();

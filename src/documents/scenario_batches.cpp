@@ -154,17 +154,18 @@ microbatch_moments scenario_reader::read_tokens(std::string_view what) {
 std::pair<parameter_vector, rational> scenario_reader::read_sample() {
   std::optional<written_value> x;
   std::optional<rational> y;
-  json_.read_object({
-      {
-          {"x",
-           [&](std::string_view) {
-             if (json_.peek() != json_kind::array) json_.fail_type("x", "an array of exact numbers (the token's features)");
-             x = read_value("x");
-           }},
-          {"y", [&](std::string_view) { y = json_.exact("y"); }},
-      },
-      "in a token (a vector-model token has x and y)",
-      {{{"x", "y"}, "a vector-model token needs both \"x\" (features) and \"y\" (target)", std::nullopt}}});
+  json_.read_object(
+      {{
+           {"x",
+            [&](std::string_view) {
+              if (json_.peek() != json_kind::array)
+                json_.fail_type("x", "an array of exact numbers (the token's features)");
+              x = read_value("x");
+            }},
+           {"y", [&](std::string_view) { y = json_.exact("y"); }},
+       },
+       "in a token (a vector-model token has x and y)",
+       {{{"x", "y"}, "a vector-model token needs both \"x\" (features) and \"y\" (target)", std::nullopt}}});
   return {std::move(x->values), std::move(*y)};
 }
 

@@ -18,7 +18,8 @@ pending_fault scenario_reader::read_fault() {
   if (json_.peek() != json_kind::object)
     json_.fail_type("each fault", "an object such as {\"kind\": \"scheduler_step\", \"rank\": 1, \"step\": 2}");
   auto read_fault_value = [&](std::string_view key) {
-    if (pending.has_value) json_.fail(error_code::schema_error, "a fault sets one value: theta or momentum", json_.key_offset());
+    if (pending.has_value)
+      json_.fail(error_code::schema_error, "a fault sets one value: theta or momentum", json_.key_offset());
     pending.has_value = true;
     pending.value_key = std::string(key);
     pending.value = read_value(key);
@@ -82,7 +83,8 @@ void scenario_reader::read_final_theta() {
   json_.begin_array();
   while (json_.next_element()) {
     if (final_theta_.size() == scenario_max_world_size)
-      fail_at(json_.value_offset(), "final_theta lists more ranks than a scenario can have", error_code::limit_exceeded);
+      fail_at(json_.value_offset(), "final_theta lists more ranks than a scenario can have",
+              error_code::limit_exceeded);
     final_theta_.push_back(read_value("each final theta"));
   }
   saw_final_theta_ = true;
@@ -96,15 +98,17 @@ std::optional<divergence_claim> scenario_reader::read_divergence_claim() {
   if (json_.peek() != json_kind::object)
     json_.fail_type("first_divergence", "null or {\"step\": s, \"rank\": r, \"state\": \"theta\"}");
   divergence_claim claim;
-  json_.read_object({
-      {
-          {"step", [&](std::string_view) { claim.step = json_.integer("step", 0, scenario_max_steps); }},
-          {"rank", [&](std::string_view) { claim.rank = json_.integer("rank", 0, scenario_max_world_size); }},
-          {"state",
-           [&](std::string_view) { claim.part = json_.named("state", state_part_from_name, part_names.alternatives()); }},
-      },
-      "in first_divergence (it has step, rank, state)",
-      {{{"step", "rank", "state"}, "first_divergence needs step, rank and state", std::nullopt}}});
+  json_.read_object(
+      {{
+           {"step", [&](std::string_view) { claim.step = json_.integer("step", 0, scenario_max_steps); }},
+           {"rank", [&](std::string_view) { claim.rank = json_.integer("rank", 0, scenario_max_world_size); }},
+           {"state",
+            [&](std::string_view) {
+              claim.part = json_.named("state", state_part_from_name, part_names.alternatives());
+            }},
+       },
+       "in first_divergence (it has step, rank, state)",
+       {{{"step", "rank", "state"}, "first_divergence needs step, rank and state", std::nullopt}}});
   return claim;
 }
 

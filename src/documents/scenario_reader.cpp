@@ -32,7 +32,9 @@ scenario scenario_reader::read() {
           {"initial_sync", [&](std::string_view) { result_.initial_sync = json_.flag("initial_sync"); }},
           {"loss_scale", [&](std::string_view) { read_loss_scale(); }},
           {"reducer",
-           [&](std::string_view) { result_.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives()); }},
+           [&](std::string_view) {
+             result_.reducer = json_.named("reducer", reducer_from_name, reducer_alternatives());
+           }},
           {"optimizer",
            [&](std::string_view) {
              optimizer_offset_ = json_.value_offset();
@@ -95,8 +97,8 @@ void scenario_reader::read_loss_scale() {
   std::string_view value = json_.string_value();
   const std::optional<strategy> s = strategy_from_name(value);
   if (!s || *s == strategy::global_mean)
-    fail_at(offset, "loss_scale \"" + std::string(value) + "\" is not a local scalar a rank can backpropagate: expected " +
-                        std::string(allowed) +
+    fail_at(offset, "loss_scale \"" + std::string(value) +
+                        "\" is not a local scalar a rank can backpropagate: expected " + std::string(allowed) +
                         (s ? " (global_mean is the objective itself, which needs every rank's losses)" : ""));
   result_.loss_scale = *s;
 }
@@ -146,13 +148,14 @@ void scenario_reader::read_learning_rate() {
 void scenario_reader::read_decay() {
   if (json_.peek() != json_kind::object) json_.fail_type("lr_decay", "an object {\"every\": k, \"gamma\": g} (StepLR)");
   lr_schedule& schedule = result_.optimizer.schedule;
-  json_.read_object({
-      {
-          {"every", [&](std::string_view) { schedule.decay_every = json_.integer("lr_decay.every", 1, scenario_max_steps); }},
-          {"gamma", [&](std::string_view) { schedule.gamma = json_.non_negative("lr_decay.gamma"); }},
-      },
-      "in lr_decay (it has every and gamma)",
-      {{{"every", "gamma"}, "lr_decay needs both \"every\" and \"gamma\"", std::nullopt}}});
+  json_.read_object(
+      {{
+           {"every",
+            [&](std::string_view) { schedule.decay_every = json_.integer("lr_decay.every", 1, scenario_max_steps); }},
+           {"gamma", [&](std::string_view) { schedule.gamma = json_.non_negative("lr_decay.gamma"); }},
+       },
+       "in lr_decay (it has every and gamma)",
+       {{{"every", "gamma"}, "lr_decay needs both \"every\" and \"gamma\"", std::nullopt}}});
 }
 
 // A written value must have the model's form: a number for the scalar model, d numbers otherwise.
@@ -224,12 +227,13 @@ void scenario_reader::settle_faults() {
       fail_at(pending.offset, "fault " + name + " names rank " + std::to_string(item.rank) + " but W = " +
                                   std::to_string(world_size) + " (ranks 0 to " + std::to_string(world_size - 1) + ")");
     const bool is_initial = item.kind == fault_kind::initial_parameters;
-    if (is_initial && pending.has_step) fail_at(pending.offset, "initial_parameters acts at start-up and takes no \"step\"");
+    if (is_initial && pending.has_step)
+      fail_at(pending.offset, "initial_parameters acts at start-up and takes no \"step\"");
     if (!is_initial && !pending.has_step)
       fail_at(pending.offset, "fault " + name + " needs \"step\": the step (from 1) it acts at");
     if (item.step > steps)
-      fail_at(pending.offset, "fault " + name + " acts at step " + std::to_string(item.step) + " but the scenario has " +
-                                  std::to_string(steps) + " steps");
+      fail_at(pending.offset, "fault " + name + " acts at step " + std::to_string(item.step) +
+                                  " but the scenario has " + std::to_string(steps) + " steps");
     const std::string wanted = is_initial ? "theta" : item.kind == fault_kind::optimizer_state ? "momentum" : "";
     if (wanted.empty() && pending.has_value)
       fail_at(pending.offset, "fault " + name + " sets no value: remove \"" + value_key + "\"");

@@ -33,7 +33,8 @@ std::string divisor_mistake(const partition& update, std::size_t r, std::size_t 
            (weighted ? "mass" : "count") + ", so every rank weighs the same whatever its " +
            (weighted ? "mass (local_mean)" : "count (local_mean)");
   if (divisor == microbatch.mass() && rank.microbatches.size() > 1)
-    return "it is the microbatch's own " + std::string(weighted ? "mass" : "count") + " " + on_screen(microbatch.mass()) +
+    return "it is the microbatch's own " + std::string(weighted ? "mass" : "count") + " " +
+           on_screen(microbatch.mass()) +
            ": every microbatch then weighs the same whatever its count (microbatch_mean)";
   if (!weighted && padding > 0 && divisor == rational(update.positions()))
     return "it counts the " + std::to_string(padding) + " padding positions of the update (count_padding)";
@@ -96,14 +97,15 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   std::vector<std::string> problems;
   check_divisors(update, observed, problems);
   if (observed.global_mass && *observed.global_mass != update.mass()) {
-    std::string problem = "the global mass is " + on_screen(*observed.global_mass) + " but the update's weights sum to M = " +
-                          on_screen(update.mass());
+    std::string problem = "the global mass is " + on_screen(*observed.global_mass) +
+                          " but the update's weights sum to M = " + on_screen(update.mass());
     if (*observed.global_mass == rational(update.valid_tokens()))
       problem += ": it is the valid-token count N, not the sum of the weights";
     else
       for (std::size_t r = 0; r < update.ranks.size(); ++r)
         if (update.world_size() > 1 && update.ranks[r].mass() == *observed.global_mass) {
-          problem += ": it is rank " + std::to_string(r) + "'s local mass, not the mass of all ranks (all-reduce it before dividing)";
+          problem += ": it is rank " + std::to_string(r) +
+                     "'s local mass, not the mass of all ranks (all-reduce it before dividing)";
           break;
         }
     problems.push_back(problem);
@@ -111,8 +113,8 @@ gate_check check_denominators(const partition& update, const observed_result& ob
   for (std::size_t r = 0; r < observed.rank_masses.size(); ++r) {
     const rational mass = update.ranks[r].mass();
     if (observed.rank_masses[r] == mass) continue;
-    problems.push_back("rank " + std::to_string(update.listed_rank(r)) + " summed its weights to " + on_screen(observed.rank_masses[r]) +
-                       " but they sum to " + on_screen(mass));
+    problems.push_back("rank " + std::to_string(update.listed_rank(r)) + " summed its weights to " +
+                       on_screen(observed.rank_masses[r]) + " but they sum to " + on_screen(mass));
   }
   const std::uint64_t valid_tokens = update.valid_tokens();
   if (observed.global_tokens && *observed.global_tokens != valid_tokens) {
@@ -126,7 +128,8 @@ gate_check check_denominators(const partition& update, const observed_result& ob
     if (difference > 0 && static_cast<std::uint64_t>(difference) == padding)
       problem += "it counts " + positions(padding) + " that hold no valid token (padding or ignored labels)";
     else if (local != update.ranks.end() && update.world_size() > 1)
-      problem += "it is rank " + std::to_string(update.listed_rank(static_cast<std::size_t>(local - update.ranks.begin()))) +
+      problem += "it is rank " +
+                 std::to_string(update.listed_rank(static_cast<std::size_t>(local - update.ranks.begin()))) +
                  "'s local count, not the count of all ranks (all-reduce the count before dividing)";
     else
       problem += "it counts " + count_difference(difference) + " the file's valid tokens";
@@ -137,8 +140,8 @@ gate_check check_denominators(const partition& update, const observed_result& ob
     const std::uint64_t reported = observed.rank_tokens[r];
     if (reported == rank.valid_tokens()) continue;
     const auto difference = static_cast<std::int64_t>(reported) - static_cast<std::int64_t>(rank.valid_tokens());
-    std::string problem = "rank " + std::to_string(update.listed_rank(r)) + " counted " + std::to_string(reported) + " tokens but holds " +
-                          std::to_string(rank.valid_tokens()) + " valid ones: ";
+    std::string problem = "rank " + std::to_string(update.listed_rank(r)) + " counted " + std::to_string(reported) +
+                          " tokens but holds " + std::to_string(rank.valid_tokens()) + " valid ones: ";
     if (difference > 0 && static_cast<std::uint64_t>(difference) == rank.padding())
       problem += "its count includes " + positions(rank.padding()) + " that hold no valid token";
     else

@@ -84,13 +84,15 @@ std::vector<std::string> sorted_names(const std::vector<explanation>& explanatio
 gate_result started(const partition& update, const observed_result& observed) {
   gate_result result;
   result.type = observed.type;
-  if (observed.reduction_type && *observed.reduction_type != observed.type) result.reduction_type = observed.reduction_type;
+  if (observed.reduction_type && *observed.reduction_type != observed.type)
+    result.reduction_type = observed.reduction_type;
   result.observed = observed.per_rank.front();
   result.objective = *gradient(update, strategy::global_mean);
   result.rounding_depth = rounding_depth(update);
   if (observed.explicit_tolerance) {
     result.bound_is_explicit = true;
-    rational allowed = observed.explicit_tolerance->absolute + observed.explicit_tolerance->relative * abs(result.objective);
+    rational allowed =
+        observed.explicit_tolerance->absolute + observed.explicit_tolerance->relative * abs(result.objective);
     result.bound = allowed;
   } else {
     result.bound = objective_bound(update, observed.type, result.reduction_type);

@@ -14,7 +14,8 @@ namespace {
 
 // A value for a screen: exact and approximated, or NaN or an infinity as it is.
 std::string shown(const observed_value& value) {
-  if (const rational* number = std::get_if<rational>(&value)) return on_screen(*number) + " (≈ " + approximate(*number) + ")";
+  if (const rational* number = std::get_if<rational>(&value))
+    return on_screen(*number) + " (≈ " + approximate(*number) + ")";
   return to_string(value);
 }
 
@@ -154,7 +155,8 @@ std::string place_text(const weight_row& row, const partition& update) {
 }
 
 // The weight table for a screen: one row per group, the first ones when there are many.
-void print_weights(std::ostream& out, const group_judgement& judgement, const partition& update, std::string_view indent) {
+void print_weights(std::ostream& out, const group_judgement& judgement, const partition& update,
+                   std::string_view indent) {
   constexpr std::size_t shown_rows = 24;
   const std::vector<weight_row>& rows = judgement.rows;
   // The place column is as wide as its widest shown entry (a mesh's coordinates), at least 22.
@@ -163,8 +165,8 @@ void print_weights(std::ostream& out, const group_judgement& judgement, const pa
     for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i)
       place_width = std::max(place_width, display_width(place_text(rows[i], update)));
   out << indent << "weights per group (what the code gave a token, what the objective gives it):\n";
-  out << indent << "  " << padded("group", 7) << " " << padded("place", place_width) << " " << padded("tokens", 7) << " "
-      << padded("code", 26) << " " << padded("objective", 26) << " ratio\n";
+  out << indent << "  " << padded("group", 7) << " " << padded("place", place_width) << " " << padded("tokens", 7)
+      << " " << padded("code", 26) << " " << padded("objective", 26) << " ratio\n";
   for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i) {
     const weight_row& row = rows[i];
     out << indent << "  " << padded(std::to_string(i), 7) << " " << padded(place_text(row, update), place_width) << " "
@@ -339,7 +341,8 @@ void gate_section::read_sites(field_reader& in, observed_result& observed) {
         site.site = std::string(in.text("a site's name"));
         saw_name = true;
       } else if (key == "per_rank" || key == "gradient") {
-        if (saw_values) in.fail(error_code::schema_error, "a site has both gradient and per_rank: give exactly one", in.key_offset());
+        if (saw_values)
+          in.fail(error_code::schema_error, "a site has both gradient and per_rank: give exactly one", in.key_offset());
         saw_values = true;
         site.from_per_rank = key == "per_rank";
         if (site.from_per_rank) site.per_rank = read_observed_vectors(in, "a site's per_rank");
@@ -353,11 +356,12 @@ void gate_section::read_sites(field_reader& in, observed_result& observed) {
     if (!saw_name || site.site.empty())
       in.fail(error_code::schema_error, "each site needs a non-empty name: the submodule its probe sat in", offset);
     if (!saw_values)
-      in.fail(error_code::schema_error, "site \"" + printable(site.site) + "\" needs per_rank (or gradient): its vectors",
-              offset);
+      in.fail(error_code::schema_error,
+              "site \"" + printable(site.site) + "\" needs per_rank (or gradient): its vectors", offset);
     for (const group_measurement& other : observed.sites)
       if (other.site == site.site)
-        in.fail(error_code::schema_error, "two sites are named \"" + printable(site.site) + "\": each site once", offset);
+        in.fail(error_code::schema_error, "two sites are named \"" + printable(site.site) + "\": each site once",
+                offset);
     observed.sites.push_back(std::move(site));
   }
 }
@@ -383,7 +387,8 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
         in.fail(error_code::schema_error, "observed.tokens.per_rank must list every rank's count", list_offset);
     } else if (key == "divided_by") {
       if (in.peek() != json_kind::array)
-        in.fail_type("observed.tokens.divided_by", "an array with one divisor per rank (a number, or one per microbatch)");
+        in.fail_type("observed.tokens.divided_by",
+                     "an array with one divisor per rank (a number, or one per microbatch)");
       divided_by_offset_ = in.value_offset();
       in.begin_array();
       while (in.next_element()) {
@@ -396,7 +401,8 @@ void gate_section::read_tokens(field_reader& in, observed_result& observed) {
         while (in.next_element()) divisors.push_back(kept_non_negative(in, "each microbatch's divisor"));
       }
       if (observed.divided_by.empty())
-        in.fail(error_code::schema_error, "observed.tokens.divided_by must list every rank's divisor", divided_by_offset_);
+        in.fail(error_code::schema_error, "observed.tokens.divided_by must list every rank's divisor",
+                divided_by_offset_);
     } else {
       in.fail_unknown_key(key, "in observed.tokens (it has global, per_rank and divided_by)");
     }
@@ -473,8 +479,8 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
   one_per_rank(observed.rank_masses.size(), "observed.mass.per_rank", "masses");
   if ((observed.global_mass || !observed.rank_masses.empty()) &&
       document.update.objective != objective_kind::weighted_token_mean)
-    in.fail(error_code::schema_error, "observed.mass is a weight mass, which only the weighted_token_mean objective has",
-            observed_offset_);
+    in.fail(error_code::schema_error,
+            "observed.mass is a weight mass, which only the weighted_token_mean objective has", observed_offset_);
   one_per_rank(observed.rank_tokens.size(), "observed.tokens.per_rank", "counts");
   if (!observed.divided_by.empty() && observed.divided_by.size() != ranks)
     in.fail(error_code::schema_error,
@@ -554,7 +560,8 @@ void gate_section::settle_groups(const partition_file& document, field_reader& i
     shaped(m.witness, m.from_per_rank, name + "'s witness", witness_offset_.value_or(offset));
   };
   settle(*observed.groups, "observed.per_rank", observed_offset_);
-  for (const group_measurement& site : observed.sites) settle(site, "site \"" + printable(site.site) + "\"", sites_offset_);
+  for (const group_measurement& site : observed.sites)
+    settle(site, "site \"" + printable(site.site) + "\"", sites_offset_);
 }
 
 void gate_section::judge(const partition_file& document, const gradient_set&, std::vector<std::string>& failures) {
@@ -589,18 +596,21 @@ void gate_section::print_text(std::ostream& out, const partition_file& document,
                                  : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
       << "\n";
   for (const gate_check& check : gate.checks)
-    out << "        " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
+    out << "        " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400)
+        << "\n";
   out << "        verdict: " << verdict_name(gate.verdict) << "\n";
   print_explanations(out, "diagnosis:", gate.diagnosis);
   print_explanations(out, "could hide:", gate.could_hide);
   if (gate.ratio)
-    out << "        unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ " << approximate(*gate.ratio)
-        << "), no known mistake fits\n";
+    out << "        unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ "
+        << approximate(*gate.ratio) << "), no known mistake fits\n";
   if (gate.groups) print_weights(out, *gate.groups, document.update, "        ");
   for (const site_result& site : gate.sites) {
     const bool agrees = !site.replica_difference && site.judgement.matches_objective;
     out << "        site " << printable(site.name) << ": "
-        << (agrees ? "weighs every group as the objective does" : site.as_p ? "weighs every group as p does" : "differs")
+        << (agrees      ? "weighs every group as the objective does"
+            : site.as_p ? "weighs every group as p does"
+                        : "differs")
         << "\n";
     if (agrees || site.as_p) continue;
     if (site.replica_difference) out << "          " << shorten(*site.replica_difference, 400) << "\n";
@@ -629,7 +639,11 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       .key("checks")
       .begin_array();
   for (const gate_check& check : gate.checks)
-    json.begin_object().member("name", check.name).member("passed", check.passed).member("detail", check.detail).end_object();
+    json.begin_object()
+        .member("name", check.name)
+        .member("passed", check.passed)
+        .member("detail", check.detail)
+        .end_object();
   json.end_array().key("diagnosis");
   write_explanations(json, gate.diagnosis);
   json.key("could_hide");
@@ -667,7 +681,8 @@ std::optional<std::string> gate_section::failure_summary() const {
   for (const gate_check& check : gate.checks)
     if (!check.passed) message += ": " + check.name + " check failed";
   const std::string names = join(names_of(given_explanations(gate)));
-  if (!names.empty()) message += gate.verdict == gate_verdict::fail ? ": diagnosed as " + names : ": could hide " + names;
+  if (!names.empty())
+    message += gate.verdict == gate_verdict::fail ? ": diagnosed as " + names : ": could hide " + names;
   else if (gate.ratio) message += ": unexplained, observed/objective = " + to_string(*gate.ratio);
   for (const site_result& site : gate.sites)
     if (!site.as_p && (site.replica_difference || !site.judgement.matches_objective)) {

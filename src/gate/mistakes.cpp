@@ -32,9 +32,10 @@ std::string instead_text(reducer_kind reducer, objective_kind objective) {
   }
   const bool weighted = objective == objective_kind::weighted_token_mean;
   const std::string n = weighted ? "M" : "N";
-  const std::string what = weighted ? n + " the weight mass of the whole update (Σw over all ranks and microbatches, Sᵣ "
-                                          "the weighted loss sum Σwℓ)"
-                                    : n + " the valid tokens of the whole update (all ranks, all microbatches)";
+  const std::string what = weighted
+                               ? n + " the weight mass of the whole update (Σw over all ranks and microbatches, Sᵣ "
+                                     "the weighted loss sum Σwℓ)"
+                               : n + " the valid tokens of the whole update (all ranks, all microbatches)";
   return reducer == reducer_kind::mean
              ? "backpropagate W·Sᵣ/" + n + " on every rank, with " + what +
                    ", so that the reducer's division by W is compensated"
@@ -94,8 +95,8 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
                        "the loss was divided by G on top of the update-unit N: accumulation divided twice"});
   }
   factors.push_back({"objective×" + n, total_mass, "the objective's gradient multiplied by " + n,
-                     "the loss sum was used where the mean was meant, or the " + std::string(weighted ? "mass" : "count") +
-                         " was multiplied instead of divided"});
+                     "the loss sum was used where the mean was meant, or the " +
+                         std::string(weighted ? "mass" : "count") + " was multiplied instead of divided"});
   factors.push_back({"objective/" + n, 1 / total_mass, "the objective's gradient divided by " + n,
                      std::string(weighted ? "the weight mass" : "the token count") + " was divided out twice"});
   const std::uint64_t padding = update.padding();
@@ -138,7 +139,8 @@ std::vector<std::string> empty_places(const partition& update) {
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {
     const rank_stats& rank = update.ranks[r];
     if (rank.mass() == 0) {
-      places.push_back("rank " + std::to_string(update.listed_rank(r)) + (rank.microbatches.size() > 1 ? " (every microbatch)" : ""));
+      places.push_back("rank " + std::to_string(update.listed_rank(r)) +
+                       (rank.microbatches.size() > 1 ? " (every microbatch)" : ""));
       continue;
     }
     for (std::size_t m = 0; m < rank.microbatches.size(); ++m)
@@ -200,7 +202,8 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
     rational value = objective * f.factor;
     std::optional<rational> scaled_bound;
     if (bound) scaled_bound = *bound * f.factor;
-    candidates.push_back({std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead, {}});
+    candidates.push_back(
+        {std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead, {}});
   }
   if (std::optional<explanation> empty = mean_of_empty(update, instead)) candidates.push_back(std::move(*empty));
   return candidates;
@@ -215,8 +218,9 @@ std::string correct_instead(const partition& update) {
   return instead;
 }
 
-std::optional<explanation> mean_over_nothing(const partition& update) { return mean_of_empty(update, correct_instead(update)); }
-
+std::optional<explanation> mean_over_nothing(const partition& update) {
+  return mean_of_empty(update, correct_instead(update));
+}
 
 namespace {
 
@@ -288,7 +292,8 @@ constexpr std::array<named_words, 11> other_table{{
      "the code computed the mean over sequences of each sequence's token mean (a token of sequence s weighs "
      "1/(B·nₛ))",
      "the declared objective is {declared}: long and short sequences must not be given the same total weight"},
-    {"sequence_sum_mean", "the code computed the mean over sequences of each sequence's loss sum (every token weighs 1/B)",
+    {"sequence_sum_mean",
+     "the code computed the mean over sequences of each sequence's loss sum (every token weighs 1/B)",
      "the declared objective is {declared}: its denominator is not the number of sequences"},
     {"constant", "the code divided the loss sum by the declared constant normalizer C",
      "the declared objective is {declared}: its denominator depends on the update's counts"},
@@ -316,7 +321,8 @@ const named_words* lookup(const std::array<named_words, size>& table, std::strin
 std::string with_declared(std::string_view text, objective_kind declared) {
   std::string out(text);
   constexpr std::string_view slot = "{declared}";
-  if (const std::size_t at = out.find(slot); at != std::string::npos) out.replace(at, slot.size(), objective_name(declared));
+  if (const std::size_t at = out.find(slot); at != std::string::npos)
+    out.replace(at, slot.size(), objective_name(declared));
   return out;
 }
 
@@ -326,7 +332,8 @@ std::string mesh_factor_name(const partition& update, mesh_role role) {
   if (update.mesh_extent(role) < 2) return {};
   std::string names = update.mesh_names(role);
   if (names.find(' ') == std::string::npos) return names;
-  for (std::size_t at; (at = names.find(" × ")) != std::string::npos;) names.replace(at, std::string_view(" × ").size(), "·");
+  for (std::size_t at; (at = names.find(" × ")) != std::string::npos;)
+    names.replace(at, std::string_view(" × ").size(), "·");
   return "(" + names + ")";
 }
 
@@ -339,7 +346,8 @@ mistake_words factor_words(std::string_view label, const partition& update) {
       return {mesh_spelled(known.computed, update), mesh_spelled(known.why_wrong, update)};
   }
   const std::string text(label);
-  const std::string how = label.front() == '/' ? "divided by " + text.substr(1) : "multiplied by " + text.substr(std::string_view("×").size());
+  const std::string how = label.front() == '/' ? "divided by " + text.substr(1)
+                                               : "multiplied by " + text.substr(std::string_view("×").size());
   return {how, "a factor of " + text + " that the objective does not have: a count of something else (for example a "
                "world size that also counts tensor- or context-parallel ranks that do not average the loss)"};
 }

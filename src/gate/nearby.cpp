@@ -42,14 +42,17 @@ std::vector<nearby_update> nearby_updates(const partition& update) {
   const std::size_t block = update.mesh.empty() ? 1 : update.ranks.size() / update.mesh.front().size;
   std::uint64_t block_positions = 0;
   for (std::size_t r = update.ranks.size() - block; r < update.ranks.size(); ++r)
-    block_positions = add_counts(block_positions, add_counts(update.ranks[r].valid_tokens(), update.ranks[r].padding()));
+    block_positions =
+        add_counts(block_positions, add_counts(update.ranks[r].valid_tokens(), update.ranks[r].padding()));
   if (growable && room_for(update, block_positions)) {
     partition more = update;
-    for (std::size_t r = update.ranks.size() - block; r < update.ranks.size(); ++r) more.ranks.push_back(update.ranks[r]);
+    for (std::size_t r = update.ranks.size() - block; r < update.ranks.size(); ++r)
+      more.ranks.push_back(update.ranks[r]);
     if (!more.mesh.empty()) more.mesh.front().size += 1;
-    out.push_back({update.mesh.empty() ? "another number of ranks (here W = " + std::to_string(update.world_size()) + ")"
-                                       : "another size of " + update.mesh.front().name + " (here " +
-                                             std::to_string(update.mesh.front().size) + ")",
+    out.push_back({update.mesh.empty()
+                       ? "another number of ranks (here W = " + std::to_string(update.world_size()) + ")"
+                       : "another size of " + update.mesh.front().name + " (here " +
+                             std::to_string(update.mesh.front().size) + ")",
                    std::move(more)});
   }
 

@@ -247,7 +247,8 @@ void structural_coincidences(const update_counts& counts, suggestion& s) {
   for (std::size_t i = 0; i < strategies.size(); ++i)
     for (std::size_t j = i + 1; j < strategies.size(); ++j)
       if (profiles[i] == profiles[j])
-        s.ambiguous.push_back(std::string(strategy_name(strategies[i])) + " and " + std::string(strategy_name(strategies[j])));
+        s.ambiguous.push_back(std::string(strategy_name(strategies[i])) + " and " +
+                              std::string(strategy_name(strategies[j])));
 }
 
 // Whether a mistake that is not a strategy equals the objective on every unit sum: the exact test, one
@@ -275,7 +276,9 @@ bool equals_objective_everywhere(const update_counts& counts, const std::string&
 namespace {
 
 // A token target exact in every dtype, bfloat16 included: a small integer from −4 to 6.
-rational small_target(detail::deterministic_random& random) { return rational(static_cast<long>(random.below(11)) - 4); }
+rational small_target(detail::deterministic_random& random) {
+  return rational(static_cast<long>(random.below(11)) - 4);
+}
 
 // The candidate of `attempts` that `build` fills in (tokens, from `random`) with the widest separation, the
 // first of equals: both searches below differ only in what a candidate holds.
@@ -326,7 +329,8 @@ suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microb
 
 }  // namespace
 
-suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective) {
+suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
+                             objective_kind objective) {
   if (declared_objective(objective)) return suggest_with_sequences(world_size, microbatches, type, objective);
   // Weights exact in every dtype, bfloat16 included; none is 0, so every token counts in the mass.
   const std::array<rational, 6> weights{fraction(1, 4), fraction(1, 2), fraction(3, 4),
@@ -373,14 +377,16 @@ update_counts read_counts(std::string_view text, std::string source, const reade
       if (counts.size() == counts_max_ranks)
         in.fail(error_code::limit_exceeded, "counts lists more than " + std::to_string(counts_max_ranks) + " ranks",
                 in.value_offset());
-      if (in.peek() != json_kind::array) in.fail_type("each rank's counts", "an array of valid-token counts, one per microbatch");
+      if (in.peek() != json_kind::array)
+        in.fail_type("each rank's counts", "an array of valid-token counts, one per microbatch");
       const std::uint64_t rank_offset = in.value_offset();
       std::vector<std::uint64_t>& rank = counts.emplace_back();
       in.begin_array();
       while (in.next_element()) {
         if (rank.size() == counts_max_microbatches)
           in.fail(error_code::limit_exceeded,
-                  "a rank lists more than " + std::to_string(counts_max_microbatches) + " microbatches", in.value_offset());
+                  "a rank lists more than " + std::to_string(counts_max_microbatches) + " microbatches",
+                  in.value_offset());
         const std::uint64_t count_offset = in.value_offset();
         if (++microbatches > counts_max_total_microbatches)
           in.fail(error_code::limit_exceeded,
@@ -391,7 +397,8 @@ update_counts read_counts(std::string_view text, std::string source, const reade
         total = add_counts(total, rank.back());
         if (total > counts_max_tokens)
           in.fail(error_code::limit_exceeded,
-                  "the counts add up to more than " + std::to_string(counts_max_tokens) + " valid tokens", count_offset);
+                  "the counts add up to more than " + std::to_string(counts_max_tokens) + " valid tokens",
+                  count_offset);
       }
       if (rank.empty())
         in.fail(error_code::schema_error, "a rank has at least one microbatch (a count of 0 if it holds no token)",
@@ -400,7 +407,8 @@ update_counts read_counts(std::string_view text, std::string source, const reade
     if (counts.empty()) in.fail(error_code::schema_error, "counts must list every rank", offset);
   }
   in.finish();
-  if (!saw_counts) in.fail(error_code::schema_error, "missing key \"counts\": one array of microbatch counts per rank", 0);
+  if (!saw_counts)
+    in.fail(error_code::schema_error, "missing key \"counts\": one array of microbatch counts per rank", 0);
   if (total == 0)
     in.fail(error_code::no_valid_tokens, "the counts hold no valid token (N = 0): the update has no objective", 0);
   return counts;
@@ -415,7 +423,8 @@ suggestion suggest_for_counts(const update_counts& counts, dtype type) {
                     std::to_string(counts_max_total_microbatches) + " suggest --counts takes");
   // Each try costs a pass over every microbatch: 400 tries up to 256 microbatches, fewer beyond (at least 8),
   // so that the search stays within seconds at the limit.
-  const int attempts = static_cast<int>(std::clamp<std::size_t>(400 * 256 / std::max<std::size_t>(microbatches, 1), 8, 400));
+  const int attempts =
+      static_cast<int>(std::clamp<std::size_t>(400 * 256 / std::max<std::size_t>(microbatches, 1), 8, 400));
   constexpr std::uint64_t largest_value = 8;  // |y| ≤ 8: exact in every dtype, bfloat16 included
   detail::deterministic_random random(0xD1B54A32D192ED03ull);
   suggestion best;

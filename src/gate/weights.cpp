@@ -472,9 +472,9 @@ std::optional<candidate> geometric_fit(const candidate& base, const partition& u
 
 // `base` times the simplest factor the observation suggests, if that accounts for every component: one
 // candidate for each name of the factor (`named_only`: only names in W and G, not windows or bare numbers).
-std::vector<candidate> factor_fits(const candidate& base, const partition& update, const std::vector<group_facts>& facts,
-                                   const measured& m, const group_bounds& bounds, std::optional<std::size_t> anchor,
-                                   bool named_only = false) {
+std::vector<candidate> factor_fits(const candidate& base, const partition& update,
+                                   const std::vector<group_facts>& facts, const measured& m, const group_bounds& bounds,
+                                   std::optional<std::size_t> anchor, bool named_only = false) {
   const std::optional<rational> suggested = suggested_factor(base.table, facts, m, anchor);
   if (!suggested || *suggested <= 0) return {};
   const rational factor = nearest_simple(*suggested, 64);
@@ -542,8 +542,8 @@ std::vector<std::size_t> varying_groups(const std::vector<group_facts>& facts, c
 }
 
 std::string place_of(const group_facts& f, const partition& update) {
-  return "rank " + std::to_string(update.listed_rank(f.where.rank)) + ", microbatch " + std::to_string(f.where.microbatch) +
-         (f.sequence ? ", sequence " + std::to_string(f.where.group) : "");
+  return "rank " + std::to_string(update.listed_rank(f.where.rank)) + ", microbatch " +
+         std::to_string(f.where.microbatch) + (f.sequence ? ", sequence " + std::to_string(f.where.group) : "");
 }
 
 }  // namespace
@@ -663,7 +663,8 @@ std::vector<explanation> explained(const std::vector<const candidate*>& fits, co
 
 }  // namespace
 
-group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds) {
+group_judgement judge_groups(const partition& update, const group_measurement& measurement,
+                             const group_bounds& bounds) {
   group_judgement result;
   // The measurement judged now, as values; every other one stays compact meanwhile.
   const std::vector<observed_value> primary = measurement.per_rank.front().values();
@@ -747,7 +748,8 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
       if (seen->fits) fitting.push_back(&c);
       continue;
     }
-    const bool fits = same_table(objective_table, c.table, facts) ? objective_fits : table_fits(c.table, facts, m, bounds);
+    const bool fits =
+        same_table(objective_table, c.table, facts) ? objective_fits : table_fits(c.table, facts, m, bounds);
     judged.push_back({&c.table, fits});
     if (fits) fitting.push_back(&c), distinct_fitting.push_back(&c);
   }
@@ -762,10 +764,13 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
                     "computation on this partition";
     return result;
   }
-  result.detail = std::to_string(outside) + " of " + std::to_string(facts.size()) + " groups do not weigh what the "
-                  "objective gives them; the first, " + place_of(facts[*first_outside], update) + ", weighs " +
-                  (worst->code ? on_screen(*worst->code) + " (≈ " + approximate(*worst->code) + ")" : to_string(worst->observed)) +
-                  " where the objective gives " + on_screen(worst->objective) + " (≈ " + approximate(worst->objective) + ")";
+  result.detail =
+      std::to_string(outside) + " of " + std::to_string(facts.size()) +
+      " groups do not weigh what the "
+      "objective gives them; the first, " +
+      place_of(facts[*first_outside], update) + ", weighs " +
+      (worst->code ? on_screen(*worst->code) + " (≈ " + approximate(*worst->code) + ")" : to_string(worst->observed)) +
+      " where the objective gives " + on_screen(worst->objective) + " (≈ " + approximate(worst->objective) + ")";
 
   // Every explanation that fits, ranked: the named computations; then the objective times a factor named in
   // W and G; only when neither fits, a factor on any of them, then geometric weights.
@@ -798,7 +803,8 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   const std::vector<std::size_t> varying = varying_groups(facts, m, bounds);
   if (!varying.empty()) {
     std::string where;
-    for (std::size_t i = 0; i < varying.size() && i < 4; ++i) where += (i ? "; " : "") + place_of(facts[varying[i]], update);
+    for (std::size_t i = 0; i < varying.size() && i < 4; ++i)
+      where += (i ? "; " : "") + place_of(facts[varying[i]], update);
     if (varying.size() > 4) where += "; and " + std::to_string(varying.size() - 4) + " more";
     mistake_words words = table_mistake_words("varies_within_group", update);
     words.computed += ": " + where;
@@ -808,13 +814,15 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
   }
   mistake_words words = table_mistake_words("unexplained", update);
   // A factor of 0 (every component 0) names no divisor.
-  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor); factor && *factor != 0) {
+  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor);
+      factor && *factor != 0) {
     if (table_fits(objective_table.scaled(*factor), facts, m, bounds))
       words.computed += "; every group weighs the objective's weight times ≈ " + approximate(*factor) +
                         ", as if the loss sum had been divided by ≈ " + approximate(units.total() / *factor) +
                         " instead of " + std::string(units.symbol(0)) + " = " + on_screen(units.total());
   }
-  result.diagnosis.push_back({"unexplained", observed_total, std::nullopt, words.computed, words.why_wrong, instead, {}});
+  result.diagnosis.push_back(
+      {"unexplained", observed_total, std::nullopt, words.computed, words.why_wrong, instead, {}});
   return result;
 }
 

@@ -169,10 +169,12 @@ input_text open_input(const std::filesystem::path& path, const reader_limits& li
   struct stat info {};
   if (::fstat(fd, &info) != 0) reject(error_code::io_error, std::string("cannot be examined: ") + std::strerror(errno));
   if (S_ISDIR(info.st_mode))
-    reject(error_code::io_error, ::access(path.c_str(), R_OK | X_OK) != 0
-                                     ? "is a directory that cannot be read (permission denied): its files were not checked"
-                                     : "is a directory where a file was expected");
-  if (!S_ISREG(info.st_mode)) reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
+    reject(error_code::io_error,
+           ::access(path.c_str(), R_OK | X_OK) != 0
+               ? "is a directory that cannot be read (permission denied): its files were not checked"
+               : "is a directory where a file was expected");
+  if (!S_ISREG(info.st_mode))
+    reject(error_code::io_error, "is not a regular file (a device, FIFO or socket is not read)");
   if (static_cast<std::uint64_t>(info.st_size) > limits.max_file_size)
     reject(error_code::limit_exceeded, "is " + std::to_string(info.st_size) + " bytes, more than the limit of " +
                                            std::to_string(limits.max_file_size) + " bytes (--max-file-size raises it)");
@@ -365,8 +367,8 @@ int create_temporary(const std::string& shown, const std::string& target, mode_t
   for (int attempt = 0; attempt < 100; ++attempt) {
     struct timespec now {};
     ::clock_gettime(CLOCK_MONOTONIC, &now);
-    const std::uint64_t salt = (static_cast<std::uint64_t>(now.tv_nsec) << 20) ^ static_cast<std::uint64_t>(::getpid()) ^
-                               (counter++ << 40);
+    const std::uint64_t salt =
+        (static_cast<std::uint64_t>(now.tv_nsec) << 20) ^ static_cast<std::uint64_t>(::getpid()) ^ (counter++ << 40);
     char suffix[32];
     std::snprintf(suffix, sizeof suffix, ".tmp.%012llx", static_cast<unsigned long long>(salt & 0xFFFFFFFFFFFFull));
     temporary = target + suffix;
@@ -402,7 +404,8 @@ void replace_atomically(const std::string& shown, const std::string& target, std
     if (n < 0) abandon("cannot write");
     written += static_cast<std::size_t>(n);
   }
-  if (replacing && ::fchmod(fd, replaced.st_mode & 07777) != 0) abandon("cannot give it the replaced file's permissions");
+  if (replacing && ::fchmod(fd, replaced.st_mode & 07777) != 0)
+    abandon("cannot give it the replaced file's permissions");
   if (::fsync(fd) != 0) abandon("cannot flush");
   ::close(fd);
   if (std::rename(temporary.c_str(), target.c_str()) != 0) {

@@ -228,7 +228,8 @@ std::string_view json_reader::read_string(std::string_view context) {
       continue;
     }
     if (byte < 0x20)
-      fail(error_code::parse_error, "control character " + show_char(text_[pos_]) + " in a string: write it escaped", pos_);
+      fail(error_code::parse_error, "control character " + show_char(text_[pos_]) + " in a string: write it escaped",
+           pos_);
     if (byte < 0x80) {
       ++pos_;
       continue;

@@ -44,9 +44,11 @@ struct recipe_algebra {
     const fraction_of_polynomials b = of(e, n.right, numerators);
     switch (n.what) {
       case kind::add:
-        return {checked(a.numerator * b.denominator + b.numerator * a.denominator), checked(a.denominator * b.denominator)};
+        return {checked(a.numerator * b.denominator + b.numerator * a.denominator),
+                checked(a.denominator * b.denominator)};
       case kind::subtract:
-        return {checked(a.numerator * b.denominator - b.numerator * a.denominator), checked(a.denominator * b.denominator)};
+        return {checked(a.numerator * b.denominator - b.numerator * a.denominator),
+                checked(a.denominator * b.denominator)};
       case kind::multiply: return {checked(a.numerator * b.numerator), checked(a.denominator * b.denominator)};
       case kind::divide:
         numerators[static_cast<std::size_t>(index)] = b.numerator;

@@ -349,7 +349,9 @@ token_partition partition_for(const group_scope& s, const count_configuration& c
     // Every token of a token group weighs the group's mass over its count, so the masses are the configuration's.
     const auto [mass, rank_mass, microbatch_mass] = *c.masses;
     const rational group_mass = c.group_mass.value_or(microbatch_mass);
-    auto each = [](const rational& part, std::uint64_t count) { return count == 0 ? rational(0) : rational(part / count); };
+    auto each = [](const rational& part, std::uint64_t count) {
+      return count == 0 ? rational(0) : rational(part / count);
+    };
     const rational own = each(group_mass, q.group_tokens);
     const rational rest_of_microbatch = each(microbatch_mass - group_mass, c.microbatch_tokens - q.group_tokens);
     const rational rest_of_rank = each(rank_mass - microbatch_mass, c.rank_tokens - c.microbatch_tokens);
@@ -424,7 +426,8 @@ private:
     if (j.result == outcome::wrong && !first_wrong_) {
       token_partition tokens = partition_for(scope_, c);
       tokens.reducer = recipe_.reducer;
-      if (++replays_ > replay_attempts || recipe_gradient(to_partition(tokens), recipe_).value) first_wrong_.emplace(c, j);
+      if (++replays_ > replay_attempts || recipe_gradient(to_partition(tokens), recipe_).value)
+        first_wrong_.emplace(c, j);
     }
     if (j.result == outcome::divides_by_zero && !first_zero_) first_zero_.emplace(c, j);
   }
@@ -517,8 +520,8 @@ private:
     else
       text += ", each microbatch declaring 1 to " + std::to_string(scope_sequences) +
               " sequences (sequences without a valid token included) or none";
-    text += " (" + grouped(scope_partitions(scope_).str()) + " partitions, through the " + grouped(views) + " distinct " +
-            (scope_.sequences ? "(W, G, N, n_r, n_m, n_s, B, b_r, b_m)" : "(W, N, n_r, n_m, G)") +
+    text += " (" + grouped(scope_partitions(scope_).str()) + " partitions, through the " + grouped(views) +
+            " distinct " + (scope_.sequences ? "(W, G, N, n_r, n_m, n_s, B, b_r, b_m)" : "(W, N, n_r, n_m, G)") +
             " a group of them can see";
     if (scope_.constant) {
       std::vector<std::string> values;
@@ -678,7 +681,8 @@ private:
       if (!c.masses) return std::nullopt;
       (*c.masses)[v == cv::M ? 0 : v == cv::m_r ? 1 : 2] = value;
     } else {
-      if (denominator(value) != 1 || value < 0 || value > rational(static_cast<long long>(most_tokens))) return std::nullopt;
+      if (denominator(value) != 1 || value < 0 || value > rational(static_cast<long long>(most_tokens)))
+        return std::nullopt;
       const std::uint64_t n = value.convert_to<std::uint64_t>();
       sequence_counts q = sequences_of(c);
       const bool sequence_name = v == cv::B || v == cv::b_r || v == cv::b_m || v == cv::n_s;
@@ -730,7 +734,8 @@ private:
       } else if (q.group_tokens != n_m || q.microbatch_sequences != 0) {
         return std::nullopt;
       }
-      if (!holds(n_r - n_m, q.rank_sequences - q.microbatch_sequences) || !holds(n - n_r, q.sequences - q.rank_sequences))
+      if (!holds(n_r - n_m, q.rank_sequences - q.microbatch_sequences) ||
+          !holds(n - n_r, q.sequences - q.rank_sequences))
         return std::nullopt;
     }
     if (c.masses) {
@@ -843,9 +848,9 @@ private:
     result_.verdict = proof_verdict::proved;
     result_.coverage += std::string(first_zero_ ? "; wherever it is defined it gives the objective's gradient" : "") +
                         "; proved for all " + (scope_.weighted ? "counts and masses" : "counts") + ": c·" + units +
-                        " − d has a numerator of degree at most " + std::to_string(degree) + " and vanishes on a grid of " +
-                        grouped(points) + " configurations (" + std::to_string(degree + 1) +
-                        " values of each variable it depends on)";
+                        " − d has a numerator of degree at most " + std::to_string(degree) +
+                        " and vanishes on a grid of " + grouped(points) + " configurations (" +
+                        std::to_string(degree + 1) + " values of each variable it depends on)";
   }
 
   const recipe& recipe_;

@@ -63,7 +63,8 @@ proof_result prove_recipe(const recipe& r, objective_kind objective) {
       throw error(error_code::recipe_error, "the recipe uses " + std::string(variable_name(*mass)) +
                                                 ", a weight mass: prove it with --objective weighted_token_mean");
   if (objective != objective_kind::constant && r.scale.uses(count_variable::C))
-    throw error(error_code::recipe_error, "the recipe uses C, the declared normalizer: prove it with --objective constant");
+    throw error(error_code::recipe_error,
+                "the recipe uses C, the declared normalizer: prove it with --objective constant");
   return detail::prove_by_groups(r, objective);
 }
 

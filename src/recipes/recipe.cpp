@@ -58,7 +58,8 @@ private:
     while (from > 0 && (static_cast<unsigned char>(text_[from]) & 0xC0) == 0x80) --from;
     while (to < text_.size() && (static_cast<unsigned char>(text_[to]) & 0xC0) == 0x80) ++to;
     const std::string before = (from > 0 ? "…" : "") + printable(text_.substr(from, std::min(at, text_.size()) - from));
-    const std::string shown = before + printable(text_.substr(std::min(at, text_.size()), to - std::min(at, text_.size()))) +
+    const std::string shown = before +
+                              printable(text_.substr(std::min(at, text_.size()), to - std::min(at, text_.size()))) +
                               (to < text_.size() ? "…" : "");
     throw error(error_code::recipe_error,
                 what + "\n  " + shown + "\n  " + std::string(characters(before), ' ') + "^", where);

@@ -82,7 +82,8 @@ void recipe_section::judge(const partition_file& document, const gradient_set& g
   const std::string name = "recipe \"" + normalization_->scale.text() + "\"";
   if (expected_) {
     if (*expected_ != result.value)
-      failures.push_back("expect " + name + " = " + canonical_or_undefined(*expected_) + ", but it is " + canonical_or_undefined(result.value));
+      failures.push_back("expect " + name + " = " + canonical_or_undefined(*expected_) + ", but it is " +
+                         canonical_or_undefined(result.value));
     return;
   }
   const std::optional<rational>& objective = objective_of(gradients);

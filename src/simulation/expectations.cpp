@@ -66,8 +66,8 @@ std::vector<std::string> unmet_expectations(const scenario& s, const simulation&
                                  : std::string("null (replicas never differ)")));
   }
   if (expect.equals_reference && *expect.equals_reference != run.equals_reference())
-    failures.push_back("expect equals_reference = " + verdict(*expect.equals_reference) + ", but " + reference_text(run) +
-                       (run.stopped ? "; " + halt_text(*run.stopped) : ""));
+    failures.push_back("expect equals_reference = " + verdict(*expect.equals_reference) + ", but " +
+                       reference_text(run) + (run.stopped ? "; " + halt_text(*run.stopped) : ""));
   if (expect.first_reference_difference) {
     const std::optional<reference_claim>& claim = *expect.first_reference_difference;
     const std::optional<reference_difference>& actual = run.first_reference_difference;

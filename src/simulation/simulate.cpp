@@ -399,7 +399,12 @@ std::optional<divergence> find_first_divergence(const scenario& s, const simulat
     if (!d.ranks.empty()) found = d;
   };
   auto compare_state = [&](std::uint64_t step, bool after_update, auto state_of, std::size_t ranks) {
-    compare(step, state_part::theta, after_update, [&](std::size_t r) { return part_value{&state_of(r).theta, 0}; }, ranks);
+    compare(
+        step, state_part::theta, after_update,
+        [&](std::size_t r) {
+          return part_value{&state_of(r).theta, 0};
+        },
+        ranks);
     if (with_momentum)
       compare(step, state_part::momentum, after_update,
               [&](std::size_t r) { return part_value{&state_of(r).momentum, 0}; }, ranks);
@@ -410,7 +415,8 @@ std::optional<divergence> find_first_divergence(const scenario& s, const simulat
   compare_state(0, false, [&](std::size_t r) -> const replica_state& { return run.start_up[r]; }, run.start_up.size());
   for (const step_record& record : run.steps) {
     const std::size_t ranks = record.ranks.size();
-    compare_state(record.step, false, [&](std::size_t r) -> const replica_state& { return record.ranks[r].start; }, ranks);
+    compare_state(
+        record.step, false, [&](std::size_t r) -> const replica_state& { return record.ranks[r].start; }, ranks);
     compare(record.step, state_part::gradient, false,
             [&](std::size_t r) { return part_value{&record.ranks[r].applied_gradient, 0}; }, ranks);
     if (with_momentum)

@@ -89,7 +89,8 @@ std::string fault_text(const fault& f, bool scalar) {
   switch (f.kind) {
     case fault_kind::initial_parameters: return rank + " starts from θ = " + vector_text(f.value, scalar, true);
     case fault_kind::optimizer_state:
-      return rank + " restores momentum " + vector_text(f.value, scalar, true) + " before step " + std::to_string(f.step);
+      return rank + " restores momentum " + vector_text(f.value, scalar, true) + " before step " +
+             std::to_string(f.step);
     case fault_kind::local_clipping:
       return rank + " decides clipping from its local gradient from step " + std::to_string(f.step);
     case fault_kind::scheduler_step:
@@ -101,8 +102,9 @@ std::string fault_text(const fault& f, bool scalar) {
 }
 
 std::string setup_text(const scenario& s) {
-  std::string model = s.scalar_model ? "scalar θ, loss ½(θ − y)² per token"
-                                     : "θ with " + std::to_string(s.dimension) + " parameters, loss ½(θ·x − y)² per token";
+  std::string model = s.scalar_model
+                          ? "scalar θ, loss ½(θ − y)² per token"
+                          : "θ with " + std::to_string(s.dimension) + " parameters, loss ½(θ·x − y)² per token";
   return "W = " + std::to_string(s.world_size()) + ", " + std::to_string(s.steps.size()) +
          (s.steps.size() == 1 ? " step, " : " steps, ") + model + "; each rank backpropagates " +
          std::string(strategy_name(s.loss_scale)) + " (" + std::string(strategy_formula(s.loss_scale)) +
@@ -151,7 +153,8 @@ std::string replicas_text(const scenario& s, const simulation& run) {
     return "replicas: first differ at step " + std::to_string(d.step) + ", " + ranks_phrase(d.ranks) + ": " +
            std::string(state_part_name(d.part)) + " " + moment_text(d) + " (" + divergence_values(s, run, d) + ")";
   }
-  if (run.stopped) return "replicas: identical through step " + std::to_string(run.steps.size()) + ", where the run stops";
+  if (run.stopped)
+    return "replicas: identical through step " + std::to_string(run.steps.size()) + ", where the run stops";
   return "replicas: identical at every step";
 }
 
@@ -171,8 +174,9 @@ std::vector<std::string> summarize_simulation(const scenario& s, const simulatio
       final_line += " … " + std::to_string(final_theta.size() - 8) + " more ranks";
       break;
     }
-    final_line += (r ? "; rank " : " rank ") + std::to_string(r) + " " + vector_text(final_theta[r], s.scalar_model, true) +
-                  " ≈ " + approximate_text(final_theta[r], s.scalar_model);
+    final_line += (r ? "; rank " : " rank ") + std::to_string(r) + " " +
+                  vector_text(final_theta[r], s.scalar_model, true) + " ≈ " +
+                  approximate_text(final_theta[r], s.scalar_model);
   }
   lines.push_back(final_line);
   return lines;
@@ -229,8 +233,8 @@ void print_simulation(std::ostream& out, const std::string& source, const scenar
       previous[r] = rs.end;
     }
     const reference_step& ref = record.reference;
-    out << "  " << rank_label(std::nullopt) << "N = " << record.valid_tokens << "  lr = " << to_string(ref.learning_rate) << "  ∇ = "
-        << text(ref.gradient);
+    out << "  " << rank_label(std::nullopt) << "N = " << record.valid_tokens
+        << "  lr = " << to_string(ref.learning_rate) << "  ∇ = " << text(ref.gradient);
     if (s.optimizer.clip_value || s.optimizer.clip_norm) {
       out << "  applied ∇ = " << text(ref.applied_gradient);
       if (ref.clip.clipped) out << " (clipped" << (ref.clip.rounded_norm ? ", norm rounded up" : "") << ")";
@@ -269,7 +273,11 @@ void print_simulation_json(std::ostream& out, const std::string& source, const s
   state(run.reference_start);
   json.key("steps").begin_array(json_layout::lines);
   for (const step_record& record : run.steps) {
-    json.begin_object().member("step", record.step).member("valid_tokens", record.valid_tokens).key("ranks").begin_array();
+    json.begin_object()
+        .member("step", record.step)
+        .member("valid_tokens", record.valid_tokens)
+        .key("ranks")
+        .begin_array();
     for (const rank_step& rs : record.ranks) {
       json.begin_object().member("valid_tokens", rs.valid_tokens).key("start");
       state(rs.start);

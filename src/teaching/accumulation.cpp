@@ -101,9 +101,10 @@ accumulation_facts compute_accumulation(const demo_input& input) {
     }
   }
 
-  f.control = dealt_control(input, "accumulation", deal_microbatches_equally,
-                            {"the same tokens of each rank dealt equally to its microbatches",
-                             "the built-in tokens dealt equally to the microbatches", "these counts do not divide evenly"});
+  f.control =
+      dealt_control(input, "accumulation", deal_microbatches_equally,
+                    {"the same tokens of each rank dealt equally to its microbatches",
+                     "the built-in tokens dealt equally to the microbatches", "these counts do not divide evenly"});
   f.control_microbatch_means = gradient(f.control.update, strategy::microbatch_mean);
   f.control_objective = *gradient(f.control.update, strategy::global_mean);
 
@@ -157,10 +158,12 @@ demo_document accumulation_document(const accumulation_facts& f) {
   d.title = "Accumulation: the denominator belongs to the update";
   {
     demo_section s{"The update and its microbatches", {}};
-    s.blocks.push_back(paragraph(
-        description_of(f.input) + " " + update_summary(p) + " Each rank accumulates its microbatches into one "
-        "optimizer update (" + (g ? "G = " + std::to_string(*g) + " on every rank" : std::string("Gᵣ differs by rank")) +
-        "); Sᵣₘ and nᵣₘ are the derivative sum and the valid-token count of microbatch m on rank r."));
+    s.blocks.push_back(
+        paragraph(description_of(f.input) + " " + update_summary(p) +
+                  " Each rank accumulates its microbatches into one "
+                  "optimizer update (" +
+                  (g ? "G = " + std::to_string(*g) + " on every rank" : std::string("Gᵣ differs by rank")) +
+                  "); Sᵣₘ and nᵣₘ are the derivative sum and the valid-token count of microbatch m on rank r."));
     s.blocks.push_back(microbatch_table(f.input));
     std::vector<rational> sums;
     for (const rank_stats& rank : p.ranks)
@@ -278,7 +281,8 @@ demo_document accumulation_document(const accumulation_facts& f) {
     const bool hidden = f.control_microbatch_means && *f.control_microbatch_means == f.control_objective;
     d.sections.push_back(control_section(
         "Control: equal microbatches", f.control, microbatch_table(f.control),
-        {"per-microbatch means: " + show(f.control_microbatch_means), "objective:            " + show(f.control_objective)},
+        {"per-microbatch means: " + show(f.control_microbatch_means),
+         "objective:            " + show(f.control_objective)},
         hidden ? "When every microbatch holds the same number of valid tokens the per-microbatch denominators agree "
                  "with the objective: a fixed-length, unpadded batch hides the mistake."
                : "Even with these microbatches the per-microbatch means miss the objective."));

@@ -161,7 +161,8 @@ demo_table rank_table(const demo_input& input) {
     const rational s = loss_gradient_sum(rank, p.theta);
     std::optional<rational> mean;
     if (n > 0) mean = s / n;
-    table.rows.push_back({std::to_string(r), input.tokens ? tokens_text(flatten((*input.tokens)[r])) : exact(rank.target_sum()),
+    table.rows.push_back({std::to_string(r),
+                          input.tokens ? tokens_text(flatten((*input.tokens)[r])) : exact(rank.target_sum()),
                           std::to_string(n), exact(s), mean ? exact(*mean) : std::string("undefined (nᵣ = 0)")});
   }
   return table;

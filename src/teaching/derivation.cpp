@@ -279,7 +279,8 @@ std::string derivation_figure(const derivation_facts& f) {
   const std::int64_t panel_height = 260;
   const std::int64_t top = 100;
   const std::int64_t left_margin = 50;
-  svg_canvas canvas(2 * static_cast<std::uint32_t>(panel_width) + 140, static_cast<std::uint32_t>(top + panel_height + 60),
+  svg_canvas canvas(2 * static_cast<std::uint32_t>(panel_width) + 140,
+                    static_cast<std::uint32_t>(top + panel_height + 60),
                     "Each rank's share and each token's weight: averaged local means versus the objective");
   canvas.text(px(20), px(28), "Averaged local means (Sᵣ/nᵣ) versus the objective (W·Sᵣ/N)", 16);
   canvas.rect(px(20), px(42), px(14), px(14), mistaken_color);

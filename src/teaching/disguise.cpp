@@ -165,7 +165,8 @@ demo_document disguise_document(const disguise_facts& f) {
   {
     demo_section s{"Summary", {}};
     demo_table table;
-    table.header = {"optimizer", "first step where A ≠ B", "A − B there", "A − B at step " + std::to_string(f.parameters.steps)};
+    table.header = {"optimizer", "first step where A ≠ B", "A − B there",
+                    "A − B at step " + std::to_string(f.parameters.steps)};
     for (const disguise_run& run : f.runs) {
       rational last = run.mistaken_path.back() - run.disguised_path.back();
       table.rows.push_back({run.feature, run.parts ? std::to_string(run.parts->step) : std::string("never"),

@@ -11,7 +11,9 @@ namespace {
 
 lab_reply reply(lab_status status, std::vector<std::string> lines) { return lab_reply{status, std::move(lines)}; }
 
-lab_reply malformed(std::string message) { return reply(lab_status::malformed, {lab_say(lab_message::malformed, {message})}); }
+lab_reply malformed(std::string message) {
+  return reply(lab_status::malformed, {lab_say(lab_message::malformed, {message})});
+}
 
 // Reads a value through the one door; a bad literal becomes a malformed reply with the library's message.
 std::optional<rational> read_value(std::string_view text, lab_reply& failure) {
@@ -65,7 +67,8 @@ const std::vector<lab_message_text>& lab_messages() {
       {lab_message::step_count_out_of_range, "step_count_out_of_range",
        "step takes a whole number of steps from 1 to {0}"},
       {lab_message::unknown_command, "unknown_command", "unknown command '{0}'; help lists the commands"},
-      {lab_message::step_size_not_positive, "step_size_not_positive", "the step size must be greater than 0; found {0}"},
+      {lab_message::step_size_not_positive, "step_size_not_positive",
+       "the step size must be greater than 0; found {0}"},
       {lab_message::show_lr, "show_lr", "lr: {0}"},
       {lab_message::show_lr_unset, "show_lr_unset", "lr: not set (set lr VALUE)"},
       {lab_message::show_x, "show_x", "x: {0}"},
@@ -176,7 +179,8 @@ lab_reply lab_session::set_learning_rate(std::string_view text) {
   if (!value) return failure;
   if (*value <= 0) return malformed(lab_say(lab_message::step_size_not_positive, {to_string(*value)}));
   state_.learning_rate = std::move(value);
-  return reply(lab_status::done, {lab_say(lab_message::learning_rate_set, {value_with_approximation(*state_.learning_rate)})});
+  return reply(lab_status::done,
+               {lab_say(lab_message::learning_rate_set, {value_with_approximation(*state_.learning_rate)})});
 }
 
 lab_reply lab_session::set_position(std::string_view text) {
@@ -193,8 +197,9 @@ lab_reply lab_session::predict(std::string_view text) {
   std::optional<rational> value = read_value(text, failure);
   if (!value) return failure;
   state_.prediction = std::move(value);
-  return reply(lab_status::done, {lab_say(lab_message::prediction_recorded, {std::to_string(state_.iteration + 1),
-                                                                            value_with_approximation(*state_.prediction)})});
+  return reply(lab_status::done,
+               {lab_say(lab_message::prediction_recorded,
+                        {std::to_string(state_.iteration + 1), value_with_approximation(*state_.prediction)})});
 }
 
 lab_reply lab_session::step(std::uint64_t count) {

@@ -109,9 +109,10 @@ std::string inline_figure(std::string svg, std::string_view id, const std::strin
   svg.insert(4, " role=\"img\" aria-labelledby=\"" + name + "-title " + name + "-desc\"");
   // The caption repeats the description for sighted readers; the image's name already holds it.
   // In a narrow window the figure keeps a legible size and scrolls inside its frame.
-  return "<figure id=\"" + name + "\" class=\"figure\">\n<div class=\"scroll\" role=\"region\" tabindex=\"0\" "
-         "aria-label=\"Figure (scrolls sideways in a narrow window)\">\n" + svg + "</div>\n<figcaption aria-hidden=\"true\">" +
-         xml_escape(description) + "</figcaption>\n</figure>\n";
+  return "<figure id=\"" + name +
+         "\" class=\"figure\">\n<div class=\"scroll\" role=\"region\" tabindex=\"0\" "
+         "aria-label=\"Figure (scrolls sideways in a narrow window)\">\n" +
+         svg + "</div>\n<figcaption aria-hidden=\"true\">" + xml_escape(description) + "</figcaption>\n</figure>\n";
 }
 
 std::string tokens_phrase(std::uint64_t count) {
@@ -142,7 +143,8 @@ std::string disguise_description(const disguise_facts& f) {
                     "rate k·η) as a dashed line, from t = 0 to t = " + std::to_string(f.parameters.steps) + ".";
   for (const disguise_run& run : f.runs) {
     out += " " + run.feature + ": ";
-    out += run.parts ? "they part at step " + std::to_string(run.parts->step) + ", where A − B = " + show(run.parts->gap) + "."
+    out += run.parts ? "they part at step " + std::to_string(run.parts->step) +
+                           ", where A − B = " + show(run.parts->gap) + "."
                      : "A and B agree at every step.";
   }
   return out;
@@ -242,9 +244,12 @@ std::string lab_section() {
   std::string out =
       "<section id=\"lab\" class=\"lab\" aria-labelledby=\"lab-title\">\n"
       "<h2 id=\"lab-title\">The optimization lab</h2>\n"
-      "<p>" + xml_escape(banner.front()) + "</p>\n"
+      "<p>" +
+      xml_escape(banner.front()) +
+      "</p>\n"
       "<p class=\"lab-note\" id=\"lab-limits\"><strong>What this instrument lacks.</strong> " +
-      xml_escape(lab_limits()) + "</p>\n"
+      xml_escape(lab_limits()) +
+      "</p>\n"
       "<p>Set the step size and the start, predict the next iterate, then step: the lab says whether your "
       "prediction equals the exact iterate. Values are read exactly, as the command-line lab reads them: a "
       "decimal is the fraction it names, not the nearest binary float, and fractions <code>p/q</code> and "
@@ -263,15 +268,20 @@ std::string lab_section() {
       "<p id=\"lab-ended\" class=\"lab-note\" hidden>The session has ended (quit). Start over for a new one.</p>\n"
       "<div class=\"lab-row\"><button type=\"button\" id=\"lab-start-over\">Start over</button></div>\n"
       "<h3 id=\"lab-transcript-title\">Transcript</h3>\n"
-      "<div id=\"lab-log\" class=\"lab-log\" role=\"log\" aria-live=\"polite\" aria-labelledby=\"lab-transcript-title\" "
+      "<div id=\"lab-log\" class=\"lab-log\" role=\"log\" aria-live=\"polite\" "
+      "aria-labelledby=\"lab-transcript-title\" "
       "tabindex=\"0\"></div>\n"
       "<noscript><p class=\"lab-note\">The lab needs JavaScript; the rest of the page does not.</p></noscript>\n"
       "<h3 id=\"lab-lesson\">The lesson, as the command-line lab runs it</h3>\n"
       "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-labelledby=\"lab-lesson\">"
-      "<pre class=\"display transcript\">" + xml_escape(lesson_transcript()) + "</pre></div>\n"
+      "<pre class=\"display transcript\">" +
+      xml_escape(lesson_transcript()) +
+      "</pre></div>\n"
       "<h3 id=\"lab-commands\">The lab's commands</h3>\n"
       "<div class=\"scroll\" role=\"region\" tabindex=\"0\" aria-labelledby=\"lab-commands\">"
-      "<pre class=\"display\">" + help + "</pre></div>\n"
+      "<pre class=\"display\">" +
+      help +
+      "</pre></div>\n"
       "</section>\n";
   return out;
 }
@@ -349,21 +359,22 @@ std::string teaching_page(const std::optional<demo_input>& input) {
       "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
       "script-src 'unsafe-inline'\">\n"
       "<title>The token mean, derived: normcheck's teaching page</title>\n<style>" +
-      std::string(page_style) + hatch_rule() + "</style>\n</head>\n<body>\n<a class=\"skip\" href=\"#lab\">Skip to the lab</a>\n" +
-      hatch_patterns() +
+      std::string(page_style) + hatch_rule() +
+      "</style>\n</head>\n<body>\n<a class=\"skip\" href=\"#lab\">Skip to the lab</a>\n" + hatch_patterns() +
       "<header>\n<h1>The token mean, derived</h1>\n"
       "<p>Why each rank of a data-parallel update backpropagates W·Sᵣ/N, what goes wrong otherwise, and a lab to "
       "try a step size by hand. Every number on this page was computed exactly, in rational arithmetic, by "
-      "normcheck when the page was generated, " + xml_escape(computed_on) +
+      "normcheck when the page was generated, " +
+      xml_escape(computed_on) +
       ". The page needs no network: its style, figures and script are all in this one file.</p>\n"
-      "<nav aria-label=\"Contents\">\n<ul>\n" + contents + "</ul>\n</nav>\n</header>\n<main>\n" +
-      render_html(derivation_text, derivation_options) +
+      "<nav aria-label=\"Contents\">\n<ul>\n" +
+      contents + "</ul>\n</nav>\n</header>\n<main>\n" + render_html(derivation_text, derivation_options) +
       render_html(accumulation_document(accumulation), {"accumulation", "", {}}) +
       render_html(reducers, {"reducers", "", {}}) + render_html(disguise_text, disguise_options) + lab_section() +
       "</main>\n<footer>\n<p>Generated by <code>normcheck demo --html</code>. The demos as text: "
       "<code>normcheck demo NAME</code>; the lab at a terminal: <code>normcheck lab</code>.</p>\n</footer>\n"
-      "<script type=\"application/json\" id=\"lab-data\">" + lab_page_data() + "</script>\n<script>" +
-      std::string(page_script) + "</script>\n</body>\n</html>\n";
+      "<script type=\"application/json\" id=\"lab-data\">" +
+      lab_page_data() + "</script>\n<script>" + std::string(page_script) + "</script>\n</body>\n</html>\n";
   return page;
 }
 

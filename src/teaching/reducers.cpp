@@ -135,7 +135,8 @@ demo_document reducers_document(const demo_input& input) {
       if (!r.factor) return relation_text(r, update);
       if (*r.factor == 1) return std::string("the objective");
       const std::string names = factor_in_counts(*r.factor, update);
-      return exact(*r.factor) + " × the objective" + (names.empty() ? "" : " (" + exact(*r.factor) + " = " + names + ")");
+      return exact(*r.factor) + " × the objective" +
+             (names.empty() ? "" : " (" + exact(*r.factor) + " = " + names + ")");
     };
     s.blocks.push_back(display({"mean: W·Sᵣ/N delivers " + show(under_mean.delivered) + ": " +
                                     against_objective(under_mean, mean_update),

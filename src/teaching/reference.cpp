@@ -82,23 +82,26 @@ std::vector<reference_check> run_reference_checks() {
 
   checks.push_back(value_check(unequal, 0, strategy::global_mean, minus_three_halves,
                                "the objective: the mean derivative over all four valid tokens"));
-  checks.push_back(value_check(unequal, 0, strategy::local_mean, -1,
-                               "averaging per-rank means weights the ranks equally, not the tokens: it is not the objective"));
+  checks.push_back(
+      value_check(unequal, 0, strategy::local_mean, -1,
+                  "averaging per-rank means weights the ranks equally, not the tokens: it is not the objective"));
   checks.push_back(value_check(unequal, 0, strategy::scaled_sum, minus_three_halves,
                                "scaling each rank's loss sum by W/N cancels the reducer's division by W exactly"));
   checks.push_back(value_check(equal, 0, strategy::scaled_sum, minus_three_halves,
                                "the compensated gradient does not depend on how the tokens are dealt to ranks"));
-  checks.push_back(value_check(equal, 0, strategy::local_mean, minus_three_halves,
-                               "with equal counts the averaged local means agree: equal partitions are only a control"));
-  checks.push_back(value_check({{}, {2, 2}}, 0, strategy::scaled_sum, -2,
-                               "a rank without valid tokens contributes exactly zero and the result stays the token mean"));
+  checks.push_back(
+      value_check(equal, 0, strategy::local_mean, minus_three_halves,
+                  "with equal counts the averaged local means agree: equal partitions are only a control"));
+  checks.push_back(
+      value_check({{}, {2, 2}}, 0, strategy::scaled_sum, -2,
+                  "a rank without valid tokens contributes exactly zero and the result stays the token mean"));
   {
     const partition p = make_partition(unequal, 1);
     const std::optional<rational> compensated = gradient(p, strategy::scaled_sum);
     const std::optional<rational> objective = gradient(p, strategy::global_mean);
     reference_check check;
-    check.claim = "at θ = 1 on " + show_ranks(unequal) + ", scaled_sum " + canonical_or_undefined(compensated) + " equals global_mean " +
-                  canonical_or_undefined(objective);
+    check.claim = "at θ = 1 on " + show_ranks(unequal) + ", scaled_sum " + canonical_or_undefined(compensated) +
+                  " equals global_mean " + canonical_or_undefined(objective);
     check.shows = "the agreement is not an accident of θ = 0";
     check.passed = compensated && objective && *compensated == *objective;
     checks.push_back(std::move(check));
@@ -109,8 +112,8 @@ std::vector<reference_check> run_reference_checks() {
     const std::optional<rational> rank_weight = gradient(p, strategy::local_mean);
     const std::optional<rational> token_weight = gradient(p, strategy::global_mean);
     reference_check check;
-    check.claim = "the weight of rank 0's single token is " + canonical_or_undefined(rank_weight) + " in the averaged local means but " +
-                  canonical_or_undefined(token_weight) + " in the token mean";
+    check.claim = "the weight of rank 0's single token is " + canonical_or_undefined(rank_weight) +
+                  " in the averaged local means but " + canonical_or_undefined(token_weight) + " in the token mean";
     check.shows = "averaging means gives each rank 1/W of the weight; the objective gives each token 1/N";
     check.passed = rank_weight && token_weight && *rank_weight == half &&
                    *token_weight == quarter && *rank_weight != *token_weight;
@@ -151,24 +154,25 @@ std::vector<reference_check> run_objective_checks() {
     const std::optional<rational> token_code = written_for(sequence_mean, objective_kind::token_mean, "scaled_sum");
     const std::optional<rational> objective = gradient(sequence_mean, strategy::global_mean);
     reference_check check;
-    check.claim = "sequence_mean: the token mean's W·Sᵣ/N" + on + " is " + canonical_or_undefined(token_code) + ", the objective " +
-                  canonical_or_undefined(objective);
+    check.claim = "sequence_mean: the token mean's W·Sᵣ/N" + on + " is " + canonical_or_undefined(token_code) +
+                  ", the objective " + canonical_or_undefined(objective);
     check.shows = "code written for the token mean weighs every token 1/N, so the long sequence outweighs the short "
                   "ones: it is not the sequence mean";
     check.passed = token_code && objective && *token_code == rational(rational(-8) / 5) && *token_code != *objective;
     checks.push_back(std::move(check));
   }
-  checks.push_back(objective_check("sequence_mean: scaled_sum of " + show_sequences(dealt_again) + " at θ = 0",
-                                   gradient(sequenced(dealt_again, objective_kind::sequence_mean), strategy::scaled_sum),
-                                   rational(rational(-4) / 3),
-                                   "the compensated sequence mean does not depend on how the sequences are dealt to "
-                                   "ranks"));
+  checks.push_back(objective_check(
+      "sequence_mean: scaled_sum of " + show_sequences(dealt_again) + " at θ = 0",
+      gradient(sequenced(dealt_again, objective_kind::sequence_mean), strategy::scaled_sum), rational(rational(-4) / 3),
+      "the compensated sequence mean does not depend on how the sequences are dealt to "
+      "ranks"));
   {
     const partition sums = sequenced(uneven, objective_kind::sequence_sum_mean);
     const std::optional<rational> compensated = gradient(sums, strategy::scaled_sum);
-    reference_check check = objective_check("sequence_sum_mean: scaled_sum" + on, compensated, rational(rational(-8) / 3),
-                                            "the mean of sequence sums: W·Sᵣ/B gives every token 1/B, with or "
-                                            "without the sequences' lengths");
+    reference_check check =
+        objective_check("sequence_sum_mean: scaled_sum" + on, compensated, rational(rational(-8) / 3),
+                        "the mean of sequence sums: W·Sᵣ/B gives every token 1/B, with or "
+                        "without the sequences' lengths");
     check.passed = check.passed && gradient(sums, strategy::global_mean) == compensated;
     checks.push_back(std::move(check));
   }
@@ -190,8 +194,8 @@ std::vector<reference_check> run_objective_checks() {
     try {
       const std::optional<rational> value =
           gradient(sequenced({{{}}, {{}, {}}}, objective_kind::sequence_mean), strategy::scaled_sum);
-      check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] gave " + canonical_or_undefined(value) +
-                    " instead of being rejected";
+      check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] gave " +
+                    canonical_or_undefined(value) + " instead of being rejected";
     } catch (const error& e) {
       check.claim = "sequence_mean: the update of empty sequences [[[]],[[],[]]] is rejected with " +
                     std::string(code_name(e.code()));

@@ -112,9 +112,11 @@ def violations(root):
                                  "without canonicalizing: use fraction() or read_number()")
                 if relative != ALIAS:
                     for match in BOOST_TYPE.finditer(text):
-                        found.append(f"{relative}:{line_of(text, match.start())}: names mpq_rational: use normcheck::rational")
+                        found.append(f"{relative}:{line_of(text, match.start())}: "
+                                     "names mpq_rational: use normcheck::rational")
                 for match in ASSIGNED_TEXT.finditer(text):
-                    found.append(f"{relative}:{line_of(text, match.start())}: a rational assigned from text: use read_number()")
+                    found.append(f"{relative}:{line_of(text, match.start())}: "
+                                 "a rational assigned from text: use read_number()")
                 for match in CONSTRUCTION.finditer(text):
                     args = arguments(text, match.start(2))
                     if not args:

@@ -66,7 +66,8 @@ def self_test(presets):
         change({p["name"]: p for p in wrong["testPresets"]})
         return problems(wrong, tests)
 
-    def drop_docs(t): t["slow"]["filter"]["exclude"]["label"] = t["quick"]["filter"]["include"]["label"].replace("docs", "cases")
+    def drop_docs(t):
+        t["slow"]["filter"]["exclude"]["label"] = t["quick"]["filter"]["include"]["label"].replace("docs", "cases")
     def torch_in_quick(t): t["quick"]["filter"]["include"]["label"] = "^(unit|docs|python)$"
     def asan_wider(t): t["asan-quick"]["filter"]["include"]["label"] = "^(unit|ddp)$"
     uncaught = [f.__name__ for f in (drop_docs, torch_in_quick, asan_wider) if not planted(f)]

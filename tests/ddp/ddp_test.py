@@ -199,7 +199,8 @@ def test_verdicts(options, python):
         print("PROBLEM: " + p)
     require(not problems, f"{len(problems)} dumps were not judged as expected")
     empty = [r for r in dumps if r["variant"] == "empty_rank"]
-    require(len(empty) == sum(1 for e in expected_dumps() if e[3] == "empty_rank"), "an empty-rank run did not complete")
+    require(len(empty) == sum(1 for e in expected_dumps() if e[3] == "empty_rank"),
+            "an empty-rank run did not complete")
 
 
 def gone(pid):

@@ -121,7 +121,8 @@ def readme(normcheck, root):
     run_lines = set(run.group(1).splitlines()) if run else set()
     for page in (readme_path, os.path.join(root, "docs", "gate.md")):
         with open(page, encoding="utf-8") as f:
-            excerpts = re.findall(r"<!-- excerpt of the weight table in docs/python.md -->\n```\n(.*?)```", f.read(), re.S)
+            excerpts = re.findall(r"<!-- excerpt of the weight table in docs/python.md -->\n```\n(.*?)```",
+                                  f.read(), re.S)
         if not excerpts:
             print(f"FAIL {os.path.relpath(page, root)}: no excerpt of the real run's weight table")
             failures += 1

@@ -91,7 +91,8 @@ std::optional<T> run_program(const token_partition& tokens, strategy s, bool hal
       rank_gradient = rank_gradient + sum * scale;
     }
     if (half_reduction)
-      sum_over_ranks = static_cast<T>(to_half(sum_over_ranks + to_half(to_half(rank_gradient) / static_cast<double>(world))));
+      sum_over_ranks =
+          static_cast<T>(to_half(sum_over_ranks + to_half(to_half(rank_gradient) / static_cast<double>(world))));
     else
       sum_over_ranks = sum_over_ranks + rank_gradient;
   }

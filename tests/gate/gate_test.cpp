@@ -236,7 +236,8 @@ TEST_CASE("NaN after a mean over an empty microbatch is a failure that names whe
 TEST_CASE("count_padding is the objective scaled by N over the positions, and only when there is padding") {
   const partition padded = make_partition({{0, std::nullopt}, {2, 2, 2, std::nullopt, std::nullopt}});
   std::vector<explanation> mistakes = known_mistakes(padded, dtype::float32);
-  const auto found = std::find_if(mistakes.begin(), mistakes.end(), [](const explanation& e) { return e.name == "count_padding"; });
+  const auto found =
+      std::find_if(mistakes.begin(), mistakes.end(), [](const explanation& e) { return e.name == "count_padding"; });
   REQUIRE(found != mistakes.end());
   CHECK(std::get<rational>(found->value) == rational(-3) / 2 * rational(4, 7));
   const gate_result result = run_gate(padded, observed_at(rational(-3) / 2 * rational(4, 7), dtype::exact));
@@ -287,7 +288,8 @@ TEST_CASE("suggest for counts keeps the counts and finds what they cannot separa
     const partition update = to_partition(s.tokens);
     const std::vector<std::vector<std::uint64_t>> expected{{3, 1}, {2, 5}, {0, 4}};
     for (std::size_t r = 0; r < expected.size(); ++r)
-      for (std::size_t m = 0; m < expected[r].size(); ++m) CHECK(update.ranks[r].microbatches[m].valid_tokens == expected[r][m]);
+      for (std::size_t m = 0; m < expected[r].size(); ++m)
+        CHECK(update.ranks[r].microbatches[m].valid_tokens == expected[r][m]);
   }
   SUBCASE("equal microbatch counts everywhere make the two means ambiguous") {
     const suggestion s = suggest_for_counts({{2, 2}, {2, 2}}, dtype::float32);

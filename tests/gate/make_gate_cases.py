@@ -157,7 +157,8 @@ def main():
         # report says a run with G ≠ W tells the accumulation's division from the world size's.
         square = [[[fl(0.1), fl(2.5)], [fl(1.3)]], [[fl(-0.7), fl(0.2), fl(3.1)], [fl(1.9), None]]]
         _, _, s_n = counts(square)
-        case("divided_twice_G_is_W", "S_r/N under DDP's mean at G = W = 2: divided by W, or by G, as far as this update shows.",
+        case("divided_twice_G_is_W",
+             "S_r/N under DDP's mean at G = W = 2: divided by W, or by G, as far as this update shows.",
              "mean", lambda r, m: 1 / s_n,
              {"verdict": "fail", "explanations": ["global_share", "objective/G", "objective/W"]}, part=square)
 
@@ -175,7 +176,8 @@ def main():
         # Replicas that diverged: rank 1 holds a different value after the all-reduce.
         good = run(ranks, theta, "mean", lambda r, m: w / n, dtype)
         write(f"diverged_replicas_{dtype}", "Rank 1 holds a different synchronized value: the replicas diverged.",
-              ranks, theta, "mean", dtype, [good[0], fl(good[1] * 1.5), good[2]], {"verdict": "fail", "explanations": []})
+              ranks, theta, "mean", dtype, [good[0], fl(good[1] * 1.5), good[2]],
+              {"verdict": "fail", "explanations": []})
 
     # A compressing communication hook: the right W*S_r/N, all-reduced in float16. Declared, it passes; the
     # same values declared as a float32 reduction exceed the float32 bound and fail unexplained.

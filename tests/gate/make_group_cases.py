@@ -157,7 +157,8 @@ def main():
     # Four microbatches per rank, so that G/3 is neither a world-size nor an accumulation factor.
     four = Update([[[(3, 1)], [(1, 0)], [(4, 2)], [(2, 0)]], [[(2, 0)], [(5, 1)], [(2, 0)], [(6, 0)]]])
     write("other_window", four.document("microbatch means divided by 3 where the window accumulated G = 4",
-                                        lambda r, m, g, n: F(1, 3 * four.n_rm(r, m)), expect=("fail", ["other_window"])))
+                                        lambda r, m, g, n: F(1, 3 * four.n_rm(r, m)),
+                                        expect=("fail", ["other_window"])))
     write("microbatch_global_count", u.document("each microbatch divided by its own count summed over the ranks",
                                                 lambda r, m, g, n: F(W, 3 * sum(u.n_rm(q, m) for q in range(W))),
                                                 expect=("fail", ["microbatch_global_count"])))
@@ -166,14 +167,15 @@ def main():
                                      expect=("fail", ["prefix_count"])))
     # An empty microbatch on rank 0 still counted in its G.
     e = Update([[[(3, 1)], [(0, 4)], [(4, 0)]], [[(2, 0)], [(5, 1)], [(2, 0)]]])
-    write("empty_microbatches_counted", e.document("microbatch means over the non-empty ones, divided by G = 3 all the same",
-                                                   lambda r, m, g, n: F(1, e.G(r) * e.n_rm(r, m)) if n else F(0),
-                                                   expect=("fail", ["empty_microbatches_counted"])))
+    write("empty_microbatches_counted",
+          e.document("microbatch means over the non-empty ones, divided by G = 3 all the same",
+                     lambda r, m, g, n: F(1, e.G(r) * e.n_rm(r, m)) if n else F(0),
+                     expect=("fail", ["empty_microbatches_counted"])))
     # A weight that varies inside a group: two sequences of a microbatch that declares none, each given its
     # own mean. The witness sees it.
     varying = Update([[[(5, 0)]], [[(3, 0)]]])
-    doc = varying.document("per-sequence means inside microbatches that declare no sequences", lambda r, m, g, n: F(2, 8),
-                           expect=("pass", []))
+    doc = varying.document("per-sequence means inside microbatches that declare no sequences",
+                           lambda r, m, g, n: F(2, 8), expect=("pass", []))
     # Rank 0's microbatch holds sequences of 2 and 3 tokens, each its own mean ÷ (2 sequences) ÷ W.
     weights = [F(1, 2 * 2)] * 2 + [F(1, 3 * 2)] * 3
     total, seen = F(0), F(0)
@@ -194,16 +196,18 @@ def main():
     # G = W = 2: dividing once more by W and once more by G give every group the same weight here; both are
     # named, each with the change that tells them apart.
     square = Update([[[(3, 1)], [(1, 0)]], [[(2, 0)], [(5, 1)]]])
-    write("divided_twice_G_is_W", square.document("each rank's share S/N of the update, where DDP's mean divides by W too",
-                                                  lambda r, m, g, n: F(1, square.N()),
-                                                  expect=("fail", ["global_share", "objective/G"])))
+    write("divided_twice_G_is_W",
+          square.document("each rank's share S/N of the update, where DDP's mean divides by W too",
+                          lambda r, m, g, n: F(1, square.N()),
+                          expect=("fail", ["global_share", "objective/G"])))
     # Sequences: rows of a padded batch.
     s = Update([[[(3, 1), (1, 3)], [(2, 2)]], [[(4, 0), (2, 2)], [(1, 3), (5, 0)]]], sequences=True)
     B, NS = s.B(), s.N()
     write("sequences_correct_token_mean", s.document("token mean over rows of a padded batch",
                                                       lambda r, m, g, n: F(2, NS), expect=("pass", [])))
     write("sequences_code_sequence_mean", s.document("per-sequence means averaged, where the token mean is declared",
-                                                      lambda r, m, g, n: F(2, B * n), expect=("fail", ["sequence_mean"])))
+                                                      lambda r, m, g, n: F(2, B * n),
+                                                      expect=("fail", ["sequence_mean"])))
     write("count_before_shift", s.document("labels counted before the shift: N plus one per row",
                                            lambda r, m, g, n: F(2, NS + B), expect=("fail", ["count_before_shift"])))
     # Sequences per token differ between microbatches here, so that a share of sequences is not a share of
@@ -216,9 +220,10 @@ def main():
     def b_r(r):
         return sum(b_rm(r, m) for m in range(shares.G(r)))
 
-    write("sequence_share", shares.document("microbatch means weighted by the microbatch's share of the rank's sequences",
-                                            lambda r, m, g, n: F(b_rm(r, m), b_r(r) * shares.n_rm(r, m)),
-                                            expect=("fail", ["sequence_share"])))
+    write("sequence_share",
+          shares.document("microbatch means weighted by the microbatch's share of the rank's sequences",
+                          lambda r, m, g, n: F(b_rm(r, m), b_r(r) * shares.n_rm(r, m)),
+                          expect=("fail", ["sequence_share"])))
     write("sequence_positions", s.document("each sequence divided by its positions, padding included",
                                            lambda r, m, g, n: F(1, n + s.ranks[r][m][g][1]),
                                            expect=("fail", ["sequence_positions"])))

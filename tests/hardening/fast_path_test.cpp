@@ -30,9 +30,9 @@ std::string digit_run(std::size_t length, bool hexadecimal, bool nonzero_first) 
 
 // Exponents as written: small, near a double's range, near the default limit, or absurd.
 std::string exponent_text() {
-  const std::int64_t value = *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 30), rc::gen::inRange<std::int64_t>(290, 330),
-                                             rc::gen::inRange<std::int64_t>(9990, 10010),
-                                             rc::gen::inRange<std::int64_t>(0, 4000000000));
+  const std::int64_t value =
+      *rc::gen::oneOf(rc::gen::inRange<std::int64_t>(0, 30), rc::gen::inRange<std::int64_t>(290, 330),
+                      rc::gen::inRange<std::int64_t>(9990, 10010), rc::gen::inRange<std::int64_t>(0, 4000000000));
   const std::string zeros(*rc::gen::inRange<std::size_t>(0, 3), '0');
   const std::string sign = *rc::gen::element<std::string>("", "+", "-");
   return sign + zeros + std::to_string(value);
@@ -40,7 +40,8 @@ std::string exponent_text() {
 
 // Lengths that straddle what fits in 64 bits (19-20 decimal, 16-17 hexadecimal digits).
 std::size_t run_length(bool hexadecimal) {
-  return *rc::gen::oneOf(rc::gen::inRange<std::size_t>(0, 4), rc::gen::inRange<std::size_t>(hexadecimal ? 14 : 17, hexadecimal ? 19 : 23),
+  return *rc::gen::oneOf(rc::gen::inRange<std::size_t>(0, 4),
+                         rc::gen::inRange<std::size_t>(hexadecimal ? 14 : 17, hexadecimal ? 19 : 23),
                          rc::gen::inRange<std::size_t>(0, 45));
 }
 
@@ -67,7 +68,9 @@ std::string any_literal() {
   std::string text = *rc::gen::weightedOneOf<std::string>(
       {{4, rc::gen::exec(decimal_literal)},
        {3, rc::gen::exec(hexadecimal_literal)},
-       {1, rc::gen::exec([] { return digit_run(run_length(false) + 1, false, true) + "/" + digit_run(run_length(false) + 1, false, true); })}});
+       {1, rc::gen::exec([] {
+          return digit_run(run_length(false) + 1, false, true) + "/" + digit_run(run_length(false) + 1, false, true);
+        })}});
   if (*rc::gen::inRange(0, 5) == 0 && !text.empty()) {
     const std::size_t at = *rc::gen::inRange<std::size_t>(0, text.size());
     const char edit = *rc::gen::element('.', '-', '+', 'e', 'x', 'p', '0', '/', ' ');
@@ -249,7 +252,8 @@ TEST_CASE("a literal the fast path declines is still read exactly in a document"
 
 TEST_CASE("weighted tokens read from a document sum their products exactly") {
   CHECK(rc::check("Σw, Σw·y and Σw·|y| of a weighted microbatch equal the rational sums", [] {
-    const rc::Gen<std::string> literal = rc::gen::oneOf(rc::gen::exec(decimal_literal), rc::gen::exec(hexadecimal_literal));
+    const rc::Gen<std::string> literal =
+        rc::gen::oneOf(rc::gen::exec(decimal_literal), rc::gen::exec(hexadecimal_literal));
     const std::size_t count = *rc::gen::inRange<std::size_t>(0, 24);
     rational mass;
     rational weighted_sum;
@@ -282,7 +286,8 @@ TEST_CASE("weighted tokens read from a document sum their products exactly") {
       }
     }
     const std::string document = R"({"format": "normcheck/1", "objective": "weighted_token_mean", "ranks": [)"
-                                 R"({"microbatches": [[)" + targets + "], [1]], \"weights\": [[" + weights + "], [1]]}]}";
+                                 R"({"microbatches": [[)" +
+                                 targets + "], [1]], \"weights\": [[" + weights + "], [1]]}]}";
     const partition_file file = read_partition(document, "generated");
     const microbatch_stats& first = file.update.ranks.at(0).microbatches.at(0);
     RC_ASSERT(first.mass() == mass);

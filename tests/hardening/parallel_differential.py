@@ -10,7 +10,6 @@ byte for byte.
 usage: python3 parallel_differential.py NORMCHECK
 """
 
-import json
 import os
 import random
 import subprocess
@@ -72,7 +71,8 @@ def main(normcheck):
         "weighted": document(rng, microbatches=2, weights=True),
         "weighted_key_escaped": document(rng, microbatches=2, weights=True).replace('"weights"', '"weight\\u0073"'),
         "digit_limit_reached": document(rng, plant='"1e-9000"'),
-        "expected_error_met": document(rng, plant="1.2.3").replace('"reducer"', '"expect_error": "bad_number", "reducer"'),
+        "expected_error_met": document(rng, plant="1.2.3").replace('"reducer"',
+                                                                   '"expect_error": "bad_number", "reducer"'),
     }
     regular = document(rng)
     documents["cut_off"] = regular[: len(regular) * 2 // 3]

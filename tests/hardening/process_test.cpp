@@ -220,7 +220,8 @@ TEST_CASE("the limit options raise the limits") {
 TEST_CASE("repeated fraction denominators, and those of 2s and 5s, count nothing against the fraction limit") {
   hardening::temporary_directory dir;
   hardening::write_text(dir / "same.json", prefix + repeat("\"1/" + std::string(99, '3') + "7\"", 5000) + "]}]}");
-  hardening::write_text(dir / "decimal.json", prefix + repeat("\"1/" + std::string("1") + std::string(400, '0') + "\"", 50) + "]}]}");
+  hardening::write_text(dir / "decimal.json",
+                        prefix + repeat("\"1/" + std::string("1") + std::string(400, '0') + "\"", 50) + "]}]}");
   CHECK(check({"--max-fraction-digits", "150", dir / "same.json"}).status == 0);
   CHECK(check({"--max-fraction-digits", "1", dir / "decimal.json"}).status == 0);
 }
@@ -269,9 +270,9 @@ TEST_CASE("an unreadable file is reported and the others still checked") {
     // root reads any file: run the check as an ordinary user instead, with copies it can reach.
     std::filesystem::copy_file(hardening::normcheck_executable, dir / "normcheck");
     std::filesystem::copy_file(good_case, dir / "good.json");
-    const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") + " check " +
-                                locked + " " + (dir / "good.json") + " > " + (dir / "out.txt") + " 2>&1; echo $? > " +
-                                (dir / "status.txt");
+    const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") +
+                                " check " + locked + " " + (dir / "good.json") + " > " + (dir / "out.txt") +
+                                " 2>&1; echo $? > " + (dir / "status.txt");
     REQUIRE(std::system(command.c_str()) == 0);
     result.out = hardening::slurp(dir / "out.txt");
     result.status = std::stoi(hardening::slurp(dir / "status.txt"));
@@ -295,8 +296,9 @@ TEST_CASE("an unreadable subdirectory is reported, not skipped") {
   if (::geteuid() == 0) {
     // root enters any directory: run the check as an ordinary user instead.
     std::filesystem::copy_file(hardening::normcheck_executable, dir / "normcheck");
-    const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") + " check " +
-                                (dir / "cases") + " > " + (dir / "out.txt") + " 2>&1; echo $? > " + (dir / "status.txt");
+    const std::string command = "setpriv --reuid=65534 --regid=65534 --clear-groups " + (dir / "normcheck") +
+                                " check " + (dir / "cases") + " > " + (dir / "out.txt") + " 2>&1; echo $? > " +
+                                (dir / "status.txt");
     REQUIRE(std::system(command.c_str()) == 0);
     result.out = hardening::slurp(dir / "out.txt");
     result.status = std::stoi(hardening::slurp(dir / "status.txt"));
@@ -306,7 +308,8 @@ TEST_CASE("an unreadable subdirectory is reported, not skipped") {
   REQUIRE(::chmod((dir / "cases/locked").c_str(), 0755) == 0);  // so that the directory can be removed
   CAPTURE(result.out);
   CHECK(result.status == 2);
-  CHECK(result.out.find("locked: io_error: is a directory that cannot be read (permission denied)") != std::string::npos);
+  CHECK(result.out.find("locked: io_error: is a directory that cannot be read (permission denied)") !=
+        std::string::npos);
   CHECK(result.out.find("2 files: 1 passed, 0 failed, 1 rejected") != std::string::npos);
 }
 

@@ -55,7 +55,8 @@ TEST_CASE("the literal regressions found by fuzz_literal stay fixed") {
 
 TEST_CASE("the recipe seeds and regressions pass through fuzz_recipe's properties") {
   std::vector<std::filesystem::path> inputs = inputs_of("recipe");
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(NORMCHECK_SOURCE_DIR) + "/fuzz/corpus/recipe"))
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(NORMCHECK_SOURCE_DIR) + "/fuzz/corpus/recipe"))
     inputs.push_back(entry.path());
   std::size_t parsed = 0;
   for (const std::filesystem::path& input : inputs) {

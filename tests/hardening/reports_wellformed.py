@@ -113,11 +113,13 @@ def planted(normcheck, scratch, failures):
         write(folder, b"esc\x1b[31mred.json", good),
         write(folder, b"back\\slash.json", good),
         write(folder, b"key.json", '{"format": "normcheck/1", "ranks": [{"targets": [1]}], "\\u001b[2J\\ufffe": 1}'),
-        write(folder, b"literal.json", '{"format": "normcheck/1", "ranks": [{"targets": ["\\uffff\\u001b]0;x\\u0007"]}]}'),
+        write(folder, b"literal.json",
+              '{"format": "normcheck/1", "ranks": [{"targets": ["\\uffff\\u001b]0;x\\u0007"]}]}'),
         write(folder, b"description.json",
               '{"format": "normcheck/1", "description": "\\u001b[2J\\u009b31m\\ufffe", "ranks": [{"targets": [1]}]}'),
         write(folder, b"gate.json", '{"format": "normcheck/1", "ranks": [{"targets": [1]}], "observed": '
-              '{"gradient": -1, "dtype": "exact"}, "expect_gate": {"verdict": "fail", "explanations": ["\\ufffe\\u001b"]}}'),
+              '{"gradient": -1, "dtype": "exact"}, "expect_gate": '
+              '{"verdict": "fail", "explanations": ["\\ufffe\\u001b"]}}'),
         write(folder, b"bytes.json", b'{"format": "normcheck/1", "ranks": [{"targets": [1]}], "\xff": 1}'),
     ]
     judge(normcheck, folder, paths, failures, "planted")
@@ -132,7 +134,8 @@ def random_files(normcheck, scratch, failures, count):
               '\xff', '\x1b', '\ufeff', '"\\ud800"', '0x1p-3', '"-3/2"', ', "recipe": {"scale": "W / N\x1b"}']
     names = []
     for i in range(count):
-        name = bytes(generator.choice([b for b in range(1, 256) if b != ord("/")]) for _ in range(generator.randint(1, 12)))
+        name = bytes(generator.choice([b for b in range(1, 256) if b != ord("/")])
+                     for _ in range(generator.randint(1, 12)))
         name = name.replace(b".", b"_") + b".json"
         if name in names:
             continue

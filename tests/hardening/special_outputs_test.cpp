@@ -288,8 +288,8 @@ TEST_CASE("an output that names one of the inputs is refused, and the input left
   }
   SUBCASE("suggest --counts with -o onto the counts file") {
     hardening::write_text(dir / "counts.json", R"({"counts": [[3, 1], [2]]})");
-    const hardening::process_result result =
-        hardening::run_process({NORMCHECK_EXECUTABLE, "suggest", "--counts", dir / "counts.json", "-o", dir / "counts.json"});
+    const hardening::process_result result = hardening::run_process(
+        {NORMCHECK_EXECUTABLE, "suggest", "--counts", dir / "counts.json", "-o", dir / "counts.json"});
     CHECK(result.status == 2);
     CHECK(hardening::slurp(dir / "counts.json") == R"({"counts": [[3, 1], [2]]})");
   }

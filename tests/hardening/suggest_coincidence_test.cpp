@@ -127,5 +127,6 @@ TEST_CASE("suggest's coincidences are those of every candidate on every unit sum
 TEST_CASE("the definition's check catches a suggestion that claims no coincidence") {
   // Equal counts make local_mean the objective: a suggest that found nothing would be caught above.
   const coincidences expected = by_definition({{4}, {4}});
-  CHECK(std::find(expected.inseparable.begin(), expected.inseparable.end(), "local_mean") != expected.inseparable.end());
+  CHECK(std::find(expected.inseparable.begin(), expected.inseparable.end(), "local_mean") !=
+        expected.inseparable.end());
 }

@@ -124,11 +124,13 @@ def count_over_cp(ranks: list[list[int]]) -> list[Fraction]:
 REPLICA_MESH = {"dims": [{"name": "dp", "size": 3, "role": "data"}, {"name": "tp", "size": 2, "role": "replica"}]}
 
 
-def replica_case(description: str, groups: list[list[int]], observed: object, gate: dict[str, object]) -> dict[str, object]:
+def replica_case(description: str, groups: list[list[int]], observed: object,
+                 gate: dict[str, object]) -> dict[str, object]:
     """dp 3 × tp 2: each data group's tokens listed on both of its tp ranks (rank 2·dp + tp), every rank holding
     `observed` (a number, or the vector of the three data groups' components) after the all-reduce."""
     ranks = [{"coords": [r // 2, r % 2], "targets": groups[r // 2]} for r in range(6)]
-    per_rank = [text(observed)] if isinstance(observed, Fraction) else [[text(v) for v in observed]]  # type: ignore[union-attr]
+    per_rank = ([text(observed)] if isinstance(observed, Fraction)
+                else [[text(v) for v in observed]])  # type: ignore[union-attr]
     return {"format": "normcheck/1", "description": description, "mesh": REPLICA_MESH, "ranks": ranks,
             "reducer": "mean", "theta": 0, "observed": {"per_rank": per_rank * 6, "dtype": "exact"},
             "expect_gate": gate}
@@ -144,12 +146,14 @@ def main() -> None:
         "dp2_cp2_correct.json": case("dp 2 × cp 2, each rank backpropagates W·Sᵣ/N over the distinct tokens",
                                      uneven, objective(uneven), {"verdict": "pass"}),
         "dp2_cp2_local_mean.json": case("dp 2 × cp 2, each rank divided by its own count",
-                                        uneven, local_mean(uneven), {"verdict": "fail", "explanations": ["local_mean"]}),
+                                        uneven, local_mean(uneven),
+                                        {"verdict": "fail", "explanations": ["local_mean"]}),
         "dp2_cp2_equal_counts.json": case("dp 2 × cp 2 with equal counts: the local mean cannot be told apart",
                                           even, objective(even),
                                           {"verdict": "inconclusive", "explanations": ["local_mean"]}),
-        "dp2_cp2_zigzag_correct.json": sliced_case("dp 2 × cp 2 with zigzag sequence slices, W·Sᵣ/N over the distinct tokens",
-                                                   objective(sliced), {"verdict": "pass"}),
+        "dp2_cp2_zigzag_correct.json": sliced_case(
+            "dp 2 × cp 2 with zigzag sequence slices, W·Sᵣ/N over the distinct tokens",
+            objective(sliced), {"verdict": "pass"}),
         "dp2_cp2_zigzag_local_mean.json": sliced_case("dp 2 × cp 2 with zigzag sequence slices, each rank its own mean",
                                                       local_mean(sliced),
                                                       {"verdict": "fail", "explanations": ["local_mean"]}),
@@ -162,8 +166,9 @@ def main() -> None:
         "dp2_cp2_count_before_sharding.json": grouped_case(
             "dp 2 × cp 2, every CP rank counted its whole sequences before the split, summed over dp × cp",
             uneven, [Fraction(1, 2 * n)] * 4, {"verdict": "fail", "explanations": ["count_before_sequence_sharding"]}),
-        "dp2_cp2_half.json": case("dp 2 × cp 2, the loss averaged over cp once too often: the objective's gradient ÷ CP",
-                                  uneven, objective(uneven) / 2, {"verdict": "fail", "explanations": ["objective/cp"]}),
+        "dp2_cp2_half.json": case(
+            "dp 2 × cp 2, the loss averaged over cp once too often: the objective's gradient ÷ CP",
+            uneven, objective(uneven) / 2, {"verdict": "fail", "explanations": ["objective/cp"]}),
         "dp2_cp2_grouped_correct.json": grouped_case(
             "dp 2 × cp 2 measured per group, each rank backpropagates W·Sᵣ/N", uneven, [Fraction(1, n)] * 4,
             {"verdict": "pass"}),

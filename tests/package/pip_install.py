@@ -84,7 +84,8 @@ def snapshot(tree):
 
 def git_status(tree):
     # --no-optional-locks: git status itself must not refresh the index of the copy it inspects.
-    return run(["git", "--no-optional-locks", "-C", tree, "status", "--porcelain", "--ignored", "--untracked-files=all"])
+    return run(["git", "--no-optional-locks", "-C", tree, "status", "--porcelain", "--ignored",
+                "--untracked-files=all"])
 
 
 def make_read_only(tree):
@@ -178,7 +179,8 @@ import glob, os, sys
 import normcheck, normcheck.native
 from normcheck.check import NormcheckError
 assert not normcheck.native.available(), "a build without headers holds an extension"
-extensions = [f for f in glob.glob(os.path.join(os.path.dirname(normcheck.__file__), "_core*")) if not f.endswith(".pyi")]
+extensions = [f for f in glob.glob(os.path.join(os.path.dirname(normcheck.__file__), "_core*"))
+              if not f.endswith(".pyi")]
 assert not extensions, ("an extension file was installed", extensions)
 try:
     normcheck.native.check(sys.argv[1])
@@ -266,7 +268,8 @@ def check_sdist(path):
         names = [n.split("/", 1)[1] for n in archive.getnames() if "/" in n]
     for needed in ("pyproject.toml", "CMakeLists.txt", "src/cli/main.cpp", "src/python/core_module.cpp",
                    "python/normcheck/_core.pyi", "cmake/version.hpp.in",
-                   "python/normcheck/__init__.py", "python/normcheck/check.py", "python/normcheck/py.typed", "PKG-INFO", "LICENSE"):
+                   "python/normcheck/__init__.py", "python/normcheck/check.py", "python/normcheck/py.typed",
+                   "PKG-INFO", "LICENSE"):
         if needed not in names:
             raise Failure(f"the sdist {path} lacks {needed}")
     unwanted = [n for n in names if n.startswith(("tests/", "build", "bench/", "python/tests/", ".ci/"))
@@ -331,8 +334,8 @@ def main():
 
     def install(python, tree, build="build", *options):
         build = os.path.join(os.path.dirname(tree), build)
-        return run([python, "-m", "pip", "install", *(options or ["--quiet"]), "--config-settings", f"build-dir={build}",
-                    tree], with_stderr=True, env=pip_environment, cwd=work)
+        return run([python, "-m", "pip", "install", *(options or ["--quiet"]), "--config-settings",
+                    f"build-dir={build}", tree], with_stderr=True, env=pip_environment, cwd=work)
 
     try:
         # 2 and 3: from the checkout.

@@ -36,13 +36,15 @@ std::string documented(const normalization_under_test& n, const claim& failing) 
   for (const expectation& e : failing.expect) {
     const std::optional<rational> actual = gradient(update, e.name);
     options.expect.push_back({e.name, actual});
-    if (actual != e.value) wrong += std::string(wrong.empty() ? "" : "; ") + std::string(strategy_name(e.name)) + " is " + show(actual);
+    if (actual != e.value)
+      wrong += std::string(wrong.empty() ? "" : "; ") + std::string(strategy_name(e.name)) + " is " + show(actual);
   }
-  if (std::none_of(options.expect.begin(), options.expect.end(), [](const expectation& e) { return e.name == strategy::global_mean; }))
+  if (std::none_of(options.expect.begin(), options.expect.end(),
+                   [](const expectation& e) { return e.name == strategy::global_mean; }))
     options.expect.push_back({strategy::global_mean, objective});
-  options.description = "Counterexample the law \"compensation\" found for the planted normalization \"" + n.describe() +
-                        "\" under the " + std::string(reducer_name(failing.tokens.reducer)) + " reducer: " + wrong +
-                        " where the objective global_mean is " + show(objective) +
+  options.description = "Counterexample the law \"compensation\" found for the planted normalization \"" +
+                        n.describe() + "\" under the " + std::string(reducer_name(failing.tokens.reducer)) +
+                        " reducer: " + wrong + " where the objective global_mean is " + show(objective) +
                         ". The expected values are the true ones, so this file holds and keeps the mistake on record.";
   return write_document(failing.tokens, options);
 }

@@ -78,7 +78,8 @@ group_tokens fit_group(bool probe, bool may_be_empty) {
     g.positions.emplace_back(rational(k) / 8);
   }
   for (std::uint64_t i = 0; i < padding; ++i)
-    g.positions.insert(g.positions.begin() + static_cast<std::ptrdiff_t>(*uniform_index(g.positions.size() + 1)), token());
+    g.positions.insert(g.positions.begin() + static_cast<std::ptrdiff_t>(*uniform_index(g.positions.size() + 1)),
+                       token());
   return g;
 }
 
@@ -91,7 +92,8 @@ rc::Gen<grouped_update> fit_updates() {
                                                   {1, rc::gen::just(objective_kind::constant)}});
     const bool probe = *uniform_index(4) != 0;
     update.theta = probe ? rational(0) : *rc::gen::element(rational(0), rational(1) / 2, rational(-1), rational(3) / 4);
-    update.reducer = *weighted<reducer_kind>({{3, rc::gen::just(reducer_kind::mean)}, {1, rc::gen::just(reducer_kind::sum)}});
+    update.reducer =
+        *weighted<reducer_kind>({{3, rc::gen::just(reducer_kind::mean)}, {1, rc::gen::just(reducer_kind::sum)}});
     if (update.objective == objective_kind::constant) update.normalizer = rational(1 + *uniform_index(64));
     const std::size_t world = 1 + *rc::gen::inRange<std::size_t>(0, 4);
     const std::size_t common = 1 + *rc::gen::inRange<std::size_t>(0, 4);
@@ -196,7 +198,8 @@ rc::Gen<planted_formula> planted_formulas(const grouped_update& update) {
       }
     }
     bool adjacent = false;
-    for (std::size_t i = 1; i < first_measured.size(); ++i) adjacent = adjacent || (first_measured[i] && first_measured[i - 1]);
+    for (std::size_t i = 1; i < first_measured.size(); ++i)
+      adjacent = adjacent || (first_measured[i] && first_measured[i - 1]);
     const bool geometric_possible = long_rank && adjacent;
     planted_formula f;
     f.rescales.assign(groups, 0);
@@ -218,15 +221,16 @@ rc::Gen<planted_formula> planted_formulas(const grouped_update& update) {
         for (std::uint64_t i = 0; i < f.rescales[k]; ++i) f.delivered[k] *= a;
         ++k;
       }
-      f.description = base_words + " with the accumulated buffer rescaled by " + to_string(a) + " after every microbatch";
+      f.description =
+          base_words + " with the accumulated buffer rescaled by " + to_string(a) + " after every microbatch";
       return f;
     }
     const base_choice& base = bases[*uniform_index(bases.size())];
     f.delivered = base.weights;
     f.description = base.normalization + " in " + std::string(objective_name(base.units)) + "'s counts";
     const bool declared = base.units == update.objective;
-    const bool correct_base =
-        declared && (base.normalization == "global_mean" || base.normalization == strategy_name(correct_for(update.reducer)));
+    const bool correct_base = declared && (base.normalization == "global_mean" ||
+                                           base.normalization == strategy_name(correct_for(update.reducer)));
     std::vector<std::pair<std::string, rational>> factors;
     if (w > 1) factors.push_back({times + "W", rational(w)}), factors.push_back({"/W", rational(1) / w});
     if (g > 1) factors.push_back({times + "G", rational(g)}), factors.push_back({"/G", rational(1) / g});
@@ -241,9 +245,10 @@ rc::Gen<planted_formula> planted_formulas(const grouped_update& update) {
     f.name = base.name + label;
     f.delivered = scaled(base.weights, value);
     f.description += ", times " + to_string(value);
-    const bool w_compensates = declared && w > 1 &&
-                               ((update.reducer == reducer_kind::mean && base.normalization == "global_share" && value == w) ||
-                                (update.reducer == reducer_kind::sum && base.normalization == "scaled_sum" && value == rational(1) / w));
+    const bool w_compensates =
+        declared && w > 1 &&
+        ((update.reducer == reducer_kind::mean && base.normalization == "global_share" && value == w) ||
+         (update.reducer == reducer_kind::sum && base.normalization == "scaled_sum" && value == rational(1) / w));
     f.correct = w_compensates;
     return f;
   });
@@ -277,10 +282,12 @@ bool is_normalization(std::string_view name) {
 // A name without a factor.
 std::optional<oracle::table> base_table(const grouped_update& update, std::string_view name) {
   if (name == "objective") return oracle::objective_table(update);
-  if (name == "sum_of_sequence_means") return oracle::normalization_table(update, "local_sum", objective_kind::sequence_mean);
+  if (name == "sum_of_sequence_means")
+    return oracle::normalization_table(update, "local_sum", objective_kind::sequence_mean);
   if (name == "count_denominator")
     return oracle::normalization_table(update, strategy_name(correct_for(update.reducer)), objective_kind::token_mean);
-  if (const std::optional<objective_kind> o = objective_called(name)) return oracle::normalization_table(update, "global_mean", *o);
+  if (const std::optional<objective_kind> o = objective_called(name))
+    return oracle::normalization_table(update, "global_mean", *o);
   const std::size_t open = name.find('(');
   if (open != std::string_view::npos && name.back() == ')') {
     const std::optional<objective_kind> o = objective_called(name.substr(open + 1, name.size() - open - 2));
@@ -344,7 +351,8 @@ std::vector<oracle::table> fixed_tables(const grouped_update& update) {
   return tables;
 }
 
-bool window_family(const grouped_update& update, const oracle::table& weights, const std::vector<bool>& seen, bool shorter) {
+bool window_family(const grouped_update& update, const oracle::table& weights, const std::vector<bool>& seen,
+                   bool shorter) {
   const std::size_t common = common_accumulation(update);
   if (common < 2) return false;
   for (const oracle::table& base : fixed_tables(update)) {
@@ -421,7 +429,8 @@ std::optional<oracle::table> table_named(const grouped_update& update, std::stri
 
 bool denotes(const grouped_update& update, std::string_view name, const oracle::table& weights, bool witness) {
   const std::vector<bool> seen = measured_groups(update, witness);
-  if (name == "short_window" || name == "other_window") return window_family(update, weights, seen, name == "short_window");
+  if (name == "short_window" || name == "other_window")
+    return window_family(update, weights, seen, name == "short_window");
   if (name == "geometric") return geometric_family(update, weights, seen);
   const std::optional<oracle::table> meant = table_named(update, name);
   return meant && equal_where_seen(*meant, weights, seen);
@@ -512,11 +521,13 @@ void judge(const grouped_update& update, fit_claim& c, bool witness) {
   const gate_result& r = *c.result;
   const std::string verdict(verdict_name(r.verdict));
   auto denoting = [&](const std::vector<explanation>& list, const oracle::table& t) {
-    return std::any_of(list.begin(), list.end(), [&](const explanation& e) { return denotes(update, e.name, t, witness); });
+    return std::any_of(list.begin(), list.end(),
+                       [&](const explanation& e) { return denotes(update, e.name, t, witness); });
   };
   const bool exact = c.dumped == arithmetic::exact;
   if (!equal) {
-    if (r.verdict != gate_verdict::fail) c.failures.push_back("the gate says " + verdict + " where the table differs from the objective's");
+    if (r.verdict != gate_verdict::fail)
+      c.failures.push_back("the gate says " + verdict + " where the table differs from the objective's");
     if (!denoting(r.diagnosis, c.formula.delivered))
       c.failures.push_back("no name of the diagnosis (" + listed(names_of(r.diagnosis)) + ") means the planted table");
     if (exact)
@@ -530,8 +541,10 @@ void judge(const grouped_update& update, fit_claim& c, bool witness) {
       for (const explanation& e : r.diagnosis) {
         if (e.name != "objective×W" && e.name != "objective/W") continue;
         const std::string twin = e.name == "objective×W" ? "objective×G" : "objective/G";
-        const bool named = std::any_of(r.diagnosis.begin(), r.diagnosis.end(), [&](const explanation& o) { return o.name == twin; });
-        const bool marked = std::any_of(e.alike.begin(), e.alike.end(), [&](const look_alike& a) { return a.name == twin; });
+        const bool named =
+            std::any_of(r.diagnosis.begin(), r.diagnosis.end(), [&](const explanation& o) { return o.name == twin; });
+        const bool marked =
+            std::any_of(e.alike.begin(), e.alike.end(), [&](const look_alike& a) { return a.name == twin; });
         if (!named || !marked)
           c.failures.push_back("at G = W the diagnosis names " + e.name + " but not " + twin + " beside it, alike");
       }
@@ -616,11 +629,16 @@ law fit_law(const fitter& gate) {
     const planted_formula planted = *planted_formulas(update);
     const bool witness = *uniform_index(4) != 0;
     std::vector<fit_claim> claims;
-    claims.push_back({"the program computed " + planted.description + " (" + planted.name + "), dumped exactly", planted,
-                      arithmetic::exact, {}, {}, {}});
+    claims.push_back({"the program computed " + planted.description + " (" + planted.name + "), dumped exactly",
+                      planted,
+                      arithmetic::exact,
+                      {},
+                      {},
+                      {}});
     claims.push_back({"the program computed " + planted.description + " (" + planted.name + ") in float32", planted,
                       arithmetic::float32, {}, {}, {}});
-    claims.push_back({"the program computed the objective in float32", objective_formula(update), arithmetic::float32, {}, {}, {}});
+    claims.push_back(
+        {"the program computed the objective in float32", objective_formula(update), arithmetic::float32, {}, {}, {}});
     require_fit_claims("the fit law", update, claims, witness, gate);
   };
 }
@@ -664,11 +682,13 @@ fitter corrupting(std::function<rational(const std::vector<rational>& measured, 
   return [weight_of](const grouped_update& update, const observation& observed) {
     const std::vector<rational> sums = oracle::derivative_sums(update);
     std::vector<rational> witnesses;
-    for (const group_place& place : group_places(update)) witnesses.push_back(witness_sum(group_at(update, place), update.theta));
+    for (const group_place& place : group_places(update))
+      witnesses.push_back(witness_sum(group_at(update, place), update.theta));
     std::vector<rational> measured;  // the weight each group shows (0 where it shows none)
     for (std::size_t g = 0; g < sums.size(); ++g) {
       if (sums[g] != 0) measured.push_back(observed.per_rank.front()[g] / sums[g]);
-      else if (!observed.witness.empty() && witnesses[g] != 0) measured.push_back(observed.witness.front()[g] / witnesses[g]);
+      else if (!observed.witness.empty() && witnesses[g] != 0)
+        measured.push_back(observed.witness.front()[g] / witnesses[g]);
       else measured.emplace_back(0);
     }
     observation corrupted = observed;
@@ -692,7 +712,8 @@ fitter dropped_candidate_fitter(std::string name) {
     std::optional<gate_result> result = document_gate()(update, observed);
     if (!result) return result;
     auto without = [&](std::vector<explanation>& list) {
-      list.erase(std::remove_if(list.begin(), list.end(), [&](const explanation& e) { return e.name == name; }), list.end());
+      list.erase(std::remove_if(list.begin(), list.end(), [&](const explanation& e) { return e.name == name; }),
+                 list.end());
     };
     without(result->diagnosis);
     without(result->could_hide);

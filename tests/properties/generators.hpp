@@ -258,7 +258,8 @@ inline rc::Gen<std::vector<token>> gen_tokens_with_count(std::size_t count) {
 
 /// A permutation of 0..n-1, shrinking toward the identity.
 inline rc::Gen<std::vector<std::size_t>> gen_permutation(std::size_t n) {
-  return rc::gen::map(rc::gen::container<std::vector<std::uint64_t>>(n, rc::gen::resize(full_size, rc::gen::arbitrary<std::uint64_t>())),
+  return rc::gen::map(rc::gen::container<std::vector<std::uint64_t>>(
+                          n, rc::gen::resize(full_size, rc::gen::arbitrary<std::uint64_t>())),
                       [](const std::vector<std::uint64_t>& keys) {
                         std::vector<std::size_t> order(keys.size());
                         std::iota(order.begin(), order.end(), std::size_t{0});

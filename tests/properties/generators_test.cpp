@@ -20,7 +20,8 @@ std::vector<rational> sorted(std::vector<rational> values) {
 std::size_t padding_of(const token_partition& tokens) {
   std::size_t count = 0;
   for (const auto& rank : tokens.ranks)
-    for (const auto& microbatch : rank) count += static_cast<std::size_t>(std::count(microbatch.begin(), microbatch.end(), token()));
+    for (const auto& microbatch : rank)
+      count += static_cast<std::size_t>(std::count(microbatch.begin(), microbatch.end(), token()));
   return count;
 }
 
@@ -86,13 +87,15 @@ TEST_CASE("transformations keep what the laws say they keep") {
     const token_partition tokens = *gen_update();
     const token_partition split = *split_microbatches(tokens);
     RC_ASSERT(split.ranks.size() == tokens.ranks.size());
-    for (std::size_t r = 0; r < tokens.ranks.size(); ++r) RC_ASSERT(flatten(split.ranks[r]) == flatten(tokens.ranks[r]));
+    for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
+      RC_ASSERT(flatten(split.ranks[r]) == flatten(tokens.ranks[r]));
   }));
   CHECK(rc::check("added padding keeps each rank's valid values and adds positions", [] {
     const token_partition tokens = *gen_update();
     const token_partition padded = *add_padding(tokens);
     RC_ASSERT(padding_of(padded) > padding_of(tokens));
-    for (std::size_t r = 0; r < tokens.ranks.size(); ++r) RC_ASSERT(rank_values(padded.ranks[r]) == rank_values(tokens.ranks[r]));
+    for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
+      RC_ASSERT(rank_values(padded.ranks[r]) == rank_values(tokens.ranks[r]));
   }));
   CHECK(rc::check("an added empty rank holds no valid token and leaves the others in order", [] {
     const token_partition tokens = *gen_update();
@@ -110,7 +113,9 @@ TEST_CASE("generated values reach the corners") {
   auto seen = [&](auto predicate) { return std::any_of(values.begin(), values.end(), predicate); };
   CHECK(seen([](const rational& v) { return v == 0; }));
   CHECK(seen([](const rational& v) { return v < 0; }));
-  CHECK(seen([](const rational& v) { return denominator(v) != 1 && !power_of(denominator(v), 2) && !power_of(denominator(v), 10); }));
+  CHECK(seen([](const rational& v) {
+    return denominator(v) != 1 && !power_of(denominator(v), 2) && !power_of(denominator(v), 10);
+  }));
   CHECK(seen([](const rational& v) { return power_of(denominator(v), 10); }));
   CHECK(seen([](const rational& v) { return power_of(denominator(v), 2) && denominator(v) > integer(1) << 40; }));
   CHECK(seen([](const rational& v) { return numerator(v) > integer(1) << 128 && denominator(v) > integer(1) << 64; }));
@@ -125,8 +130,10 @@ TEST_CASE("generated values reach the corners") {
   for (const token_partition& tokens : updates) {
     world_sizes.push_back(tokens.ranks.size());
     with_padding += padding_of(tokens) > 0;
-    with_microbatches += std::any_of(tokens.ranks.begin(), tokens.ranks.end(), [](const rank_tokens& r) { return r.size() > 1; });
-    with_empty_rank += std::any_of(tokens.ranks.begin(), tokens.ranks.end(), [](const rank_tokens& r) { return rank_values(r).empty(); });
+    with_microbatches +=
+        std::any_of(tokens.ranks.begin(), tokens.ranks.end(), [](const rank_tokens& r) { return r.size() > 1; });
+    with_empty_rank += std::any_of(tokens.ranks.begin(), tokens.ranks.end(),
+                                   [](const rank_tokens& r) { return rank_values(r).empty(); });
   }
   CHECK(*std::min_element(world_sizes.begin(), world_sizes.end()) == 1);
   CHECK(*std::max_element(world_sizes.begin(), world_sizes.end()) > 48);

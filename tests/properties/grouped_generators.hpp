@@ -132,7 +132,8 @@ inline rc::Gen<grouped_update> add_token(const grouped_update& update, rational 
     if (sequence_objective(out.objective)) {
       if (!m.sequences) m.sequences = true;  // its one group holds no token, so it may be a sequence
       group_tokens g{{token(value)}, false, {}};
-      m.groups.insert(m.groups.begin() + static_cast<std::ptrdiff_t>(*uniform_index(m.groups.size() + 1)), std::move(g));
+      m.groups.insert(m.groups.begin() + static_cast<std::ptrdiff_t>(*uniform_index(m.groups.size() + 1)),
+                      std::move(g));
       return out;
     }
     group_tokens& g = m.groups[*uniform_index(m.groups.size())];
@@ -369,9 +370,15 @@ inline rc::Gen<regrouped> regroup(const grouped_update& update) {
     const std::size_t count = 1 + *uniform_index(3);
     for (std::size_t i = 0; i < count; ++i) {
       switch (*uniform_index(3)) {
-        case 0: out.update = *redeal(out.update); out.steps.emplace_back("a fresh deal to " + std::to_string(out.update.world_size()) + " ranks"); break;
+        case 0:
+          out.update = *redeal(out.update);
+          out.steps.emplace_back("a fresh deal to " + std::to_string(out.update.world_size()) + " ranks");
+          break;
         case 1: out.update = *permute_grouped_ranks(out.update); out.steps.emplace_back("rank permutation"); break;
-        default: out.update = *add_emptiness(out.update); out.steps.emplace_back("added padding and empty groups"); break;
+        default:
+          out.update = *add_emptiness(out.update);
+          out.steps.emplace_back("added padding and empty groups");
+          break;
       }
     }
     return out;

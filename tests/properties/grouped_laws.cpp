@@ -51,8 +51,9 @@ std::string document_of(std::string_view law_name, const grouped_claim& c) {
   options.expect_error = c.expect_error;
   if (c.subject && !c.expect_error) {
     const std::optional<strategy> s = c.subject->as_strategy(c.update.reducer);
-    const bool taken = s && std::any_of(c.expect.begin(), c.expect.end(),
-                                        [&](const expectation& e) { return e.name == *s && e.value != c.subject_value; });
+    const bool taken = s && std::any_of(c.expect.begin(), c.expect.end(), [&](const expectation& e) {
+                         return e.name == *s && e.value != c.subject_value;
+                       });
     if (s && !taken) {
       if (std::none_of(c.expect.begin(), c.expect.end(), [&](const expectation& e) { return e.name == *s; }))
         options.expect.push_back({*s, c.subject_value});
@@ -76,9 +77,11 @@ std::vector<std::string> failures_of(const grouped_claim& c, const std::string& 
     const std::string code(code_name(*c.expect_error));
     for (strategy s : all_strategies) {
       const outcome o = library(p, s);
-      if (!o.rejection) failures.push_back(name_of(s) + " is " + show(o.value) + " instead of a rejection with " + code);
+      if (!o.rejection)
+        failures.push_back(name_of(s) + " is " + show(o.value) + " instead of a rejection with " + code);
       else if (o.rejection->code() != *c.expect_error)
-        failures.push_back(name_of(s) + " is rejected with " + std::string(code_name(o.rejection->code())) + ", not " + code);
+        failures.push_back(name_of(s) + " is rejected with " + std::string(code_name(o.rejection->code())) + ", not " +
+                           code);
     }
     try {
       (void)read_partition(document, "claim.json", {}, standard_sections());
@@ -97,13 +100,15 @@ std::vector<std::string> failures_of(const grouped_claim& c, const std::string& 
   try {
     (void)read_partition(document, "claim.json", {}, standard_sections());
   } catch (const error& e) {
-    failures.push_back("the claim's document is rejected with " + std::string(code_name(e.code())) + ": " + e.message());
+    failures.push_back("the claim's document is rejected with " + std::string(code_name(e.code())) + ": " +
+                       e.message());
   }
   for (const expectation& e : c.expect) {
     const outcome o = library(p, e.name);
     if (o.rejection) failures.push_back(name_of(e.name) + " is " + shown(o) + ", the law expects " + show(e.value));
     else if (o.value && !is_canonical(*o.value)) failures.push_back(name_of(e.name) + " is not canonical");
-    else if (o.value != e.value) failures.push_back(name_of(e.name) + " is " + show(o.value) + ", the law expects " + show(e.value));
+    else if (o.value != e.value)
+      failures.push_back(name_of(e.name) + " is " + show(o.value) + ", the law expects " + show(e.value));
   }
   if (c.subject) {
     const outcome o = run(*c.subject, p);
@@ -124,7 +129,8 @@ bool replayable(const grouped_claim& c, const std::vector<std::string>& failures
 }
 
 [[noreturn]] void fail_case(std::string_view law_name, const std::vector<grouped_claim>& claims,
-                            const std::vector<std::string>& documents, const std::vector<std::vector<std::string>>& failures) {
+                            const std::vector<std::string>& documents,
+                            const std::vector<std::vector<std::string>>& failures) {
   grouped_counterexample found;
   found.law = std::string(law_name);
   std::size_t failing = 0;
@@ -209,7 +215,8 @@ implementation local_means() {
 }
 
 implementation ranks_with_units_only() {
-  return {"the compensation with W counting ranks that hold tokens", std::nullopt, std::nullopt, [](const partition& p) {
+  return {"the compensation with W counting ranks that hold tokens", std::nullopt, std::nullopt,
+          [](const partition& p) {
             const std::optional<rational> correct = gradient(p, correct_for(p.reducer));
             if (!correct || p.reducer == reducer_kind::sum) return correct;
             const objective_units units(p, p.objective);
@@ -259,7 +266,8 @@ law grouped_partition_invariance(objective_kind objective, const implementation&
                                       changed.update);
     after.expect.push_back({strategy::global_mean, library_value(original, strategy::global_mean)});
     about_subject(after, subject, run(subject, to_partition(original)).value);
-    require_grouped_claims("partition invariance " + objective_words(objective) + " for " + subject.name, {before, after});
+    require_grouped_claims("partition invariance " + objective_words(objective) + " for " + subject.name,
+                           {before, after});
   };
 }
 
@@ -269,8 +277,8 @@ law grouped_compensation(objective_kind objective, const implementation& subject
     if (*uniform_index(2) == 0) update = *add_emptiness(update);
     if (*uniform_index(4) == 0) update = (*add_empty_grouped_rank(update)).update;
     const std::optional<rational> expected = oracle::objective_gradient(update);
-    grouped_claim c = claim_about("under the " + std::string(reducer_name(update.reducer)) + " reducer " + subject.name +
-                                      " equals the objective's gradient",
+    grouped_claim c = claim_about("under the " + std::string(reducer_name(update.reducer)) + " reducer " +
+                                      subject.name + " equals the objective's gradient",
                                   update);
     c.expect.push_back({strategy::global_mean, expected});
     about_subject(c, subject, expected);
@@ -284,7 +292,8 @@ law grouped_empty_rank(objective_kind objective, const implementation& subject) 
     const with_empty_grouped_rank grown = *add_empty_grouped_rank(update);
     const std::optional<rational> expected = oracle::objective_gradient(update);
     const std::string rank = "rank " + std::to_string(grown.position);
-    grouped_claim without = claim_about(subject.name + " equals the objective's gradient on the update without " + rank, update);
+    grouped_claim without =
+        claim_about(subject.name + " equals the objective's gradient on the update without " + rank, update);
     about_subject(without, subject, expected);
     grouped_claim with = claim_about(rank + " holds no valid token: with it, and W one larger, the objective and " +
                                          subject.name + " are unchanged",
@@ -333,7 +342,8 @@ law grouped_all_empty_rejection(objective_kind objective, const implementation& 
 
 law grouped_round_trip(objective_kind objective) {
   return [objective] {
-    const grouped_update update = *(*uniform_index(5) == 0 ? gen_all_empty_grouped(objective) : gen_grouped_update(objective));
+    const grouped_update update =
+        *(*uniform_index(5) == 0 ? gen_all_empty_grouped(objective) : gen_grouped_update(objective));
     const std::string text = write_grouped_document(update);
     const partition written = to_partition(update);
     if (!oracle::objective_table(update)) {

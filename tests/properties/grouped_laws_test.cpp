@@ -13,10 +13,12 @@ using namespace normcheck::properties;
 namespace {
 
 void partition_invariance_under(objective_kind objective) {
-  check_costly_law("partition invariance" + under(objective) + ": global_mean and the compensation equal the objective's "
-                   "gradient and do not change when its tokens (or whole sequences) are dealt afresh to any number of "
-                   "ranks and microbatches, the ranks permuted, padding and empty groups added",
-                   grouped_partition_invariance(objective));
+  check_costly_law(
+      "partition invariance" + under(objective) +
+          ": global_mean and the compensation equal the objective's "
+          "gradient and do not change when its tokens (or whole sequences) are dealt afresh to any number of "
+          "ranks and microbatches, the ranks permuted, padding and empty groups added",
+      grouped_partition_invariance(objective));
 }
 
 void compensation_under(objective_kind objective) {
@@ -45,9 +47,13 @@ void round_trip_under(objective_kind objective) {
 }  // namespace
 
 TEST_CASE("partition invariance under token_mean") { partition_invariance_under(objective_kind::token_mean); }
-TEST_CASE("partition invariance under weighted_token_mean") { partition_invariance_under(objective_kind::weighted_token_mean); }
+TEST_CASE("partition invariance under weighted_token_mean") {
+  partition_invariance_under(objective_kind::weighted_token_mean);
+}
 TEST_CASE("partition invariance under sequence_mean") { partition_invariance_under(objective_kind::sequence_mean); }
-TEST_CASE("partition invariance under sequence_sum_mean") { partition_invariance_under(objective_kind::sequence_sum_mean); }
+TEST_CASE("partition invariance under sequence_sum_mean") {
+  partition_invariance_under(objective_kind::sequence_sum_mean);
+}
 TEST_CASE("partition invariance under constant") { partition_invariance_under(objective_kind::constant); }
 
 TEST_CASE("compensation under token_mean") { compensation_under(objective_kind::token_mean); }

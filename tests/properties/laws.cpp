@@ -40,7 +40,8 @@ std::optional<rational> library_gradient(const token_partition& tokens, strategy
 
 std::string joined(const std::vector<std::string>& parts) {
   std::string out;
-  for (std::size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
   return out;
 }
 
@@ -138,7 +139,8 @@ std::string document_of(std::string_view law_name, const claim& c) {
 }
 
 // Splits claims into documents and evaluates each.
-void evaluate(const std::vector<claim>& claims, std::vector<claim>& parts, std::vector<std::vector<std::string>>& failures) {
+void evaluate(const std::vector<claim>& claims, std::vector<claim>& parts,
+              std::vector<std::vector<std::string>>& failures) {
   for (const claim& c : claims)
     for (claim& part : split_repeated_names(c)) {
       failures.push_back(failures_of(part));
@@ -159,13 +161,18 @@ void raise_first_token(std::vector<token>& microbatch) {
 }  // namespace
 
 std::string normalization_under_test::describe() const {
-  return name + " (" + name_of(under_mean) + " under the mean reducer, " + name_of(under_sum) + " under the sum reducer)";
+  return name + " (" + name_of(under_mean) + " under the mean reducer, " + name_of(under_sum) +
+         " under the sum reducer)";
 }
 
 normalization_under_test objective_gradient() { return {"objective", strategy::global_mean, strategy::global_mean}; }
 normalization_under_test compensated() { return {"compensated", strategy::scaled_sum, strategy::global_share}; }
-normalization_under_test local_means_averaged() { return {"local means averaged", strategy::local_mean, strategy::local_mean}; }
-normalization_under_test w_factor_dropped() { return {"W factor dropped", strategy::global_share, strategy::global_share}; }
+normalization_under_test local_means_averaged() {
+  return {"local means averaged", strategy::local_mean, strategy::local_mean};
+}
+normalization_under_test w_factor_dropped() {
+  return {"W factor dropped", strategy::global_share, strategy::global_share};
+}
 normalization_under_test w_applied_under_sum() {
   return {"W applied under the sum reducer", strategy::scaled_sum, strategy::scaled_sum};
 }
@@ -199,7 +206,8 @@ void require_claims(std::string_view law_name, const std::vector<claim>& claims)
   std::size_t failing = 0;
   for (const auto& f : failures) failing += f.empty() ? 0 : 1;
   if (failing == 0) return;
-  fail_case(law_name, std::to_string(failing) + " of " + std::to_string(parts.size()) + " claims fail.", parts, failures);
+  fail_case(law_name, std::to_string(failing) + " of " + std::to_string(parts.size()) + " claims fail.", parts,
+            failures);
 }
 
 void require_distinct(std::string_view law_name, const std::optional<rational>& a, const std::optional<rational>& b,
@@ -440,9 +448,10 @@ law microbatch_split_exposes_bias(const normalization_under_test& n) {
     const token_partition merged = merge_microbatches(update);
     const std::optional<rational> split_value = oracle::microbatch_mean(update);
     const std::optional<rational> merged_value = oracle::microbatch_mean(merged);
-    claim split = claim_about("rank " + std::to_string(uneven) + " has microbatches of different counts; under the mean "
-                                                                 "reducer " + name_of(n.under_mean) +
-                                  " averages per-microbatch means",
+    claim split = claim_about("rank " + std::to_string(uneven) +
+                                  " has microbatches of different counts; under the mean "
+                                  "reducer " +
+                                  name_of(n.under_mean) + " averages per-microbatch means",
                               update);
     expect_gradient(split, strategy::global_mean, oracle::token_mean(update));
     expect_gradient(split, n.under_mean, split_value);
@@ -452,7 +461,8 @@ law microbatch_split_exposes_bias(const normalization_under_test& n) {
     expect_gradient(whole, n.under_mean, merged_value);
     const std::string law_name = "accumulation (microbatch split) for " + n.describe();
     require_claims(law_name, {split, whole});
-    require_distinct(law_name, split_value, merged_value, "the per-microbatch means must depend on the split", {split, whole});
+    require_distinct(law_name, split_value, merged_value, "the per-microbatch means must depend on the split",
+                     {split, whole});
   };
 }
 
@@ -484,7 +494,8 @@ std::vector<claim> reference_claims() {
   add("W·Sᵣ/N under the mean reducer is the objective", unequal, {{strategy::scaled_sum, number(-3, 2)}});
   add("the compensated gradient does not depend on the dealing", equal, {{strategy::scaled_sum, number(-3, 2)}});
   add("with equal counts the averaged local means agree", equal, {{strategy::local_mean, number(-3, 2)}});
-  add("an empty rank contributes zero", with_empty, {{strategy::scaled_sum, number(-2)}, {strategy::local_mean, std::nullopt}});
+  add("an empty rank contributes zero", with_empty,
+      {{strategy::scaled_sum, number(-2)}, {strategy::local_mean, std::nullopt}});
   add("at θ = 1 the agreement still holds", at_one,
       {{strategy::scaled_sum, number(-1, 2)}, {strategy::global_mean, number(-1, 2)}});
   add("one token's weight: 1/W per rank against 1/N per token", one_token,

@@ -94,8 +94,8 @@ TEST_CASE("the accumulation controls catch a wrong scale and a split-independent
 }
 
 TEST_CASE("all-empty rejection catches an update that holds a token") {
-  require_replayed_as_failure(
-      require_small_counterexample("all-empty rejection of updates with tokens", all_empty_rejection(gen_update_with_tokens())));
+  require_replayed_as_failure(require_small_counterexample("all-empty rejection of updates with tokens",
+                                                           all_empty_rejection(gen_update_with_tokens())));
 }
 
 TEST_CASE("the reference checks catch a wrong fact") {
@@ -104,19 +104,22 @@ TEST_CASE("the reference checks catch a wrong fact") {
   // The averaged local means of the unequal partition stated as the objective's value.
   examples[1].expect = examples[0].expect;
   examples[1].expect.front().name = strategy::local_mean;
-  require_replayed_as_failure(require_small_counterexample("reference checks with a wrong fact", fixed_examples(examples)));
+  require_replayed_as_failure(
+      require_small_counterexample("reference checks with a wrong fact", fixed_examples(examples)));
 }
 
 TEST_CASE("the weighted laws catch every planted normalization and a mass left out") {
   for (const normalization_under_test& n : planted_wrong_normalizations()) {
-    require_replayed_as_failure(require_small_counterexample("weighted compensation for " + n.name, weighted_compensation(n)));
+    require_replayed_as_failure(
+        require_small_counterexample("weighted compensation for " + n.name, weighted_compensation(n)));
     require_replayed_as_failure(require_small_counterexample("unit weights for " + n.name, unit_weights(n)));
   }
   // Each rank backpropagates its weighted loss sum Sᵣ: scaling the weights scales the gradient.
   const normalization_under_test mass_left_out{"mass left out", strategy::local_sum, strategy::local_sum};
-  require_replayed_as_failure(require_small_counterexample("weight scaling for mass left out", weight_scaling(mass_left_out)));
   require_replayed_as_failure(
-      require_small_counterexample("zero-mass rejection of updates with mass", zero_mass_rejection(gen_weighted_update())));
+      require_small_counterexample("weight scaling for mass left out", weight_scaling(mass_left_out)));
+  require_replayed_as_failure(require_small_counterexample("zero-mass rejection of updates with mass",
+                                                           zero_mass_rejection(gen_weighted_update())));
 }
 
 // ---- The laws of every declared objective, and the fit law ----------------------------------------------
@@ -166,12 +169,14 @@ TEST_CASE("the compensation law catches token-mean code, N for C, B with empty s
   // Token-mean code where a sequence objective is declared, N where constant declares C, N where the weighted
   // objective wants M.
   for (objective_kind o : not_token_mean)
-    require_grouped_counterexample("compensation" + under(o) + " for token-mean code", grouped_compensation(o, token_mean_code()));
+    require_grouped_counterexample("compensation" + under(o) + " for token-mean code",
+                                   grouped_compensation(o, token_mean_code()));
   for (objective_kind o : sequence_objectives)
     require_grouped_counterexample("compensation" + under(o) + " for B with empty sequences",
                                    grouped_compensation(o, empty_sequences_counted()));
   for (objective_kind o : all_objectives)
-    require_grouped_counterexample("compensation" + under(o) + " for local means", grouped_compensation(o, local_means()));
+    require_grouped_counterexample("compensation" + under(o) + " for local means",
+                                   grouped_compensation(o, local_means()));
 }
 
 TEST_CASE("partition invariance catches a per-rank mean, token-mean code and B with empty sequences") {
@@ -190,7 +195,8 @@ TEST_CASE("the empty-rank law catches a world size that counts only ranks with t
   for (objective_kind o : all_objectives) {
     require_grouped_counterexample("empty-rank handling" + under(o) + " for W of ranks with tokens",
                                    grouped_empty_rank(o, ranks_with_units_only()));
-    require_grouped_counterexample("empty-rank handling" + under(o) + " for local means", grouped_empty_rank(o, local_means()));
+    require_grouped_counterexample("empty-rank handling" + under(o) + " for local means",
+                                   grouped_empty_rank(o, local_means()));
   }
 }
 

@@ -24,7 +24,8 @@ TEST_CASE("theta-linearity") {
 TEST_CASE("reference checks") {
   const std::vector<claim> examples = reference_claims();
   CHECK(examples.size() == 9);
-  CHECK(rc::check("reference checks: the nine facts of the derivation hold as fixed examples", fixed_examples(examples)));
+  CHECK(
+      rc::check("reference checks: the nine facts of the derivation hold as fixed examples", fixed_examples(examples)));
   const std::vector<normcheck::reference_check> checks = normcheck::run_reference_checks();
   CHECK(checks.size() == 9);
   for (const normcheck::reference_check& check : checks) {

@@ -19,8 +19,8 @@ TEST_CASE("unit weights give the token mean") {
 }
 
 TEST_CASE("scaling every weight changes nothing") {
-  for (const normalization_under_test& n : {objective_gradient(), compensated(), local_means_averaged(), w_factor_dropped(),
-                                 w_applied_under_sum(), per_microbatch_denominator()})
+  for (const normalization_under_test& n : {objective_gradient(), compensated(), local_means_averaged(),
+                                            w_factor_dropped(), w_applied_under_sum(), per_microbatch_denominator()})
     CHECK(rc::check("weight scaling for " + n.name, weight_scaling(n)));
 }
 

@@ -5,9 +5,10 @@
                    [--search-path DIR]
 
 Runs mypy under this interpreter with the configuration file's settings (pyproject.toml's [tool.mypy]
-says strict), so that the test checks what a plain ``mypy`` in the checkout checks. A module with an error fails the test unless it is named by
---pending; a pending module without errors fails it too (it is clean now: take it off the list, in
-tests/python/CMakeLists.txt), so the list only shrinks. A mypy that could not run fails.
+says strict), so that the test checks what a plain ``mypy`` in the checkout checks. A module with an
+error fails the test unless it is named by --pending; a pending module without errors fails it too (it is
+clean now: take it off the list, in tests/python/CMakeLists.txt), so the list only shrinks. A mypy that
+could not run fails.
 Exit status 0 or 1. Standard library only (mypy itself excepted).
 """
 

@@ -27,15 +27,27 @@ constexpr objective_kind weighted_mean = objective_kind::weighted_token_mean;
 
 // Correct ones written in several forms, and the classic mistakes.
 const std::vector<named_recipe> recipes{
-    {"W / N", reducer_kind::mean},       {"1 / N", reducer_kind::sum},           {"2 * W / (N + N)", reducer_kind::mean},
-    {"W * G / (N * G)", reducer_kind::mean}, {"1 / n_r", reducer_kind::mean},     {"1 / (n_m * G)", reducer_kind::mean},
-    {"1 / N", reducer_kind::mean},       {"W / N", reducer_kind::sum},           {"W / (N * G)", reducer_kind::mean},
-    {"W / n_m", reducer_kind::mean},     {"(W + 1) / (N + 1)", reducer_kind::mean}, {"W / N - n_r + n_r", reducer_kind::mean},
+    {"W / N", reducer_kind::mean},
+    {"1 / N", reducer_kind::sum},
+    {"2 * W / (N + N)", reducer_kind::mean},
+    {"W * G / (N * G)", reducer_kind::mean},
+    {"1 / n_r", reducer_kind::mean},
+    {"1 / (n_m * G)", reducer_kind::mean},
+    {"1 / N", reducer_kind::mean},
+    {"W / N", reducer_kind::sum},
+    {"W / (N * G)", reducer_kind::mean},
+    {"W / n_m", reducer_kind::mean},
+    {"(W + 1) / (N + 1)", reducer_kind::mean},
+    {"W / N - n_r + n_r", reducer_kind::mean},
     // The weighted token mean: right with the mass M, wrong with counts or local masses.
-    {"W / M", reducer_kind::mean, weighted_mean},         {"1 / M", reducer_kind::sum, weighted_mean},
-    {"W * G / (M * G)", reducer_kind::mean, weighted_mean}, {"W / N", reducer_kind::mean, weighted_mean},
-    {"1 / m_r", reducer_kind::mean, weighted_mean},       {"1 / (m_m * G)", reducer_kind::mean, weighted_mean},
-    {"W / M", reducer_kind::sum, weighted_mean},          {"W / (M + m_m - m_m)", reducer_kind::mean, weighted_mean},
+    {"W / M", reducer_kind::mean, weighted_mean},
+    {"1 / M", reducer_kind::sum, weighted_mean},
+    {"W * G / (M * G)", reducer_kind::mean, weighted_mean},
+    {"W / N", reducer_kind::mean, weighted_mean},
+    {"1 / m_r", reducer_kind::mean, weighted_mean},
+    {"1 / (m_m * G)", reducer_kind::mean, weighted_mean},
+    {"W / M", reducer_kind::sum, weighted_mean},
+    {"W / (M + m_m - m_m)", reducer_kind::mean, weighted_mean},
     // The declared objectives: right with B or C, wrong with the token mean's N, and the reverse.
     {"W / B", reducer_kind::mean, objective_kind::sequence_sum_mean},
     {"1 / B", reducer_kind::sum, objective_kind::sequence_sum_mean},
@@ -111,7 +123,8 @@ bool accepted_recipes_match(const prover& prove) {
 }  // namespace
 
 TEST_CASE("a recipe prove accepts equals the objective on every partition") {
-  CHECK(accepted_recipes_match([](const recipe& r, objective_kind objective) { return prove_recipe(r, objective).verdict; }));
+  CHECK(accepted_recipes_match(
+      [](const recipe& r, objective_kind objective) { return prove_recipe(r, objective).verdict; }));
 }
 
 TEST_CASE("a recipe prove rejects has a counterexample that differs from the objective") {

@@ -90,7 +90,12 @@ TEST_CASE("prove decides the named recipes") {
 
 TEST_CASE("a wrong recipe that agrees on every small partition is still refuted beyond the scope") {
   // Right for every N ≤ 36 (the exhaustive scope), wrong from N = 37 on.
-  const proof_result result = prove_recipe(make("W / N + (N - 1) * (N - 2) * (N - 3) * (N - 4) * (N - 5) * (N - 6) * (N - 7) * (N - 8) * (N - 9) * (N - 10) * (N - 11) * (N - 12) * (N - 13) * (N - 14) * (N - 15) * (N - 16) * (N - 17) * (N - 18) * (N - 19) * (N - 20) * (N - 21) * (N - 22) * (N - 23) * (N - 24) * (N - 25) * (N - 26) * (N - 27) * (N - 28) * (N - 29) * (N - 30) * (N - 31) * (N - 32) * (N - 33) * (N - 34) * (N - 35) * (N - 36)", reducer_kind::mean));
+  const proof_result result = prove_recipe(
+      make("W / N + (N - 1) * (N - 2) * (N - 3) * (N - 4) * (N - 5) * (N - 6) * (N - 7) * (N - 8) * (N - 9) * (N - 10) "
+           "* (N - 11) * (N - 12) * (N - 13) * (N - 14) * (N - 15) * (N - 16) * (N - 17) * (N - 18) * (N - 19) * (N - "
+           "20) * (N - 21) * (N - 22) * (N - 23) * (N - 24) * (N - 25) * (N - 26) * (N - 27) * (N - 28) * (N - 29) * "
+           "(N - 30) * (N - 31) * (N - 32) * (N - 33) * (N - 34) * (N - 35) * (N - 36)",
+           reducer_kind::mean));
   CHECK(result.verdict == proof_verdict::wrong);
   REQUIRE(result.counterexample);
   CHECK(result.counterexample->where.valid_tokens > 36);
@@ -225,9 +230,9 @@ TEST_CASE("the grid for all counts is capped alike under every objective") {
   // Eight names of degree 5 under the weighted token mean: 6^8 grid points, past the cap of a million. A prover
   // that walks that grid says proved after 1,679,616 evaluations instead.
   const std::string sum = "(N+n_r+n_m+G+m_r+m_m+1)";
-  const proof_result result = prove_recipe(make("W/M*" + sum + "*" + sum + "*" + sum + "/(" + sum + "*" + sum + "*" + sum + ")",
-                                                reducer_kind::mean),
-                                           objective_kind::weighted_token_mean);
+  const proof_result result = prove_recipe(
+      make("W/M*" + sum + "*" + sum + "*" + sum + "/(" + sum + "*" + sum + "*" + sum + ")", reducer_kind::mean),
+      objective_kind::weighted_token_mean);
   CHECK(result.verdict == proof_verdict::checked);
   CHECK(result.coverage.find("passes 1,000,000 configurations") != std::string::npos);
 }

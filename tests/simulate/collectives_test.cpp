@@ -195,8 +195,8 @@ TEST_CASE("a call is taken for the others' next one only when it comes from the 
     REQUIRE(verdict.first_problem);
     const bool skipped = line == "a.py:20";
     CHECK(verdict.first_problem->missing_call == skipped);
-    CHECK(has_note(*verdict.first_problem, "rank 1 skipped all_reduce t [1] float32 (step 0, seq 0, issued at a.py:10") ==
-          skipped);
+    CHECK(has_note(*verdict.first_problem,
+                   "rank 1 skipped all_reduce t [1] float32 (step 0, seq 0, issued at a.py:10") == skipped);
   }
 }
 
@@ -214,8 +214,10 @@ TEST_CASE("a barrier needs no tensor") {
 
 TEST_CASE("group and reduce op must match") {
   const std::string text =
-      "{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"all_reduce\", \"tensor\": \"g\", \"shape\": [2], \"dtype\": \"float32\", \"reduce_op\": \"sum\"}\n"
-      "{\"rank\": 1, \"step\": 1, \"seq\": 0, \"op\": \"all_reduce\", \"tensor\": \"g\", \"shape\": [2], \"dtype\": \"float32\", \"reduce_op\": \"avg\", \"group\": \"dp\"}\n";
+      "{\"rank\": 0, \"step\": 1, \"seq\": 0, \"op\": \"all_reduce\", \"tensor\": \"g\", \"shape\": [2], \"dtype\": "
+      "\"float32\", \"reduce_op\": \"sum\"}\n"
+      "{\"rank\": 1, \"step\": 1, \"seq\": 0, \"op\": \"all_reduce\", \"tensor\": \"g\", \"shape\": [2], \"dtype\": "
+      "\"float32\", \"reduce_op\": \"avg\", \"group\": \"dp\"}\n";
   const trace_verdict verdict = verdict_of({text});
   REQUIRE(verdict.first_problem);
   CHECK(has_note(*verdict.first_problem, "differs: group (— on rank 0, dp on rank 1)"));

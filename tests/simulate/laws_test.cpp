@@ -207,7 +207,8 @@ std::pair<scenario, scenario> any_faulted_pair() {
       break;
     case fault_kind::optimizer_state:
       if (clean.optimizer.momentum == 0) clean.optimizer.momentum = q("1/2");
-      f.value = *rc::gen::element(true, false) ? parameter_vector(clean.dimension, rational(0)) : any_vector(clean.dimension);
+      f.value =
+          *rc::gen::element(true, false) ? parameter_vector(clean.dimension, rational(0)) : any_vector(clean.dimension);
       break;
     case fault_kind::local_clipping:
       if (!clean.optimizer.clip_value && !clean.optimizer.clip_norm) clean.optimizer.clip_norm = rational(1);
@@ -295,7 +296,8 @@ TEST_CASE("law: each injected fault is detected at the step it first has an effe
 }
 
 TEST_CASE("law: detectors that look only at theta or only at injection miss the effect") {
-  CHECK_FALSE(rc::check("a theta-only detector finds faults where they act", [] { law_fault_detected_at_effect(theta_only); }));
+  CHECK_FALSE(
+      rc::check("a theta-only detector finds faults where they act", [] { law_fault_detected_at_effect(theta_only); }));
   CHECK_FALSE(rc::check("an injection-time detector finds faults where they act",
                         [] { law_fault_detected_at_effect(at_injection); }));
 }

@@ -204,7 +204,8 @@ def compare(path, normcheck):
     for step, mine in zip(run["steps"], records[1:]):
         for r, rank in enumerate(step["ranks"]):
             if values(rank["end"]["theta"]) != mine["theta"][r]:
-                return "step %d rank %d: θ %s, the oracle has %s" % (step["step"], r, rank["end"]["theta"], mine["theta"][r])
+                return "step %d rank %d: θ %s, the oracle has %s" % (step["step"], r, rank["end"]["theta"],
+                                                                     mine["theta"][r])
             if values(rank["applied_gradient"]) != mine["applied"][r]:
                 return "step %d rank %d: applied gradient differs" % (step["step"], r)
         if values(step["reference"]["end"]["theta"]) != mine["ref"]:

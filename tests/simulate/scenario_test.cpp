@@ -15,9 +15,10 @@ using normcheck::testing::q;
 namespace {
 
 // A valid two-rank scenario with `extra` members inserted after the format.
-std::string document(const std::string& extra, const std::string& steps = R"([{"ranks": [{"targets": [0]}, {"targets": [2, 2, 2]}]}])") {
-  return R"({"format": "normcheck-scenario/1", )" + extra + R"("optimizer": {"lr": "1/10", "momentum": "9/10"}, "steps": )" +
-         steps + "}";
+std::string document(const std::string& extra,
+                     const std::string& steps = R"([{"ranks": [{"targets": [0]}, {"targets": [2, 2, 2]}]}])") {
+  return R"({"format": "normcheck-scenario/1", )" + extra +
+         R"("optimizer": {"lr": "1/10", "momentum": "9/10"}, "steps": )" + steps + "}";
 }
 
 // The error `text` is rejected with.
@@ -34,7 +35,8 @@ error rejection(const std::string& text) {
 }  // namespace
 
 TEST_CASE("a scalar scenario is read into moments") {
-  const scenario s = read_scenario(document(R"("theta": "1/2", "reducer": "sum", "loss_scale": "global_share", )"), "s.json");
+  const scenario s =
+      read_scenario(document(R"("theta": "1/2", "reducer": "sum", "loss_scale": "global_share", )"), "s.json");
   CHECK(s.world_size() == 2);
   CHECK(s.scalar_model);
   CHECK(s.dimension == 1);
@@ -53,8 +55,10 @@ TEST_CASE("a scalar scenario is read into moments") {
 
 TEST_CASE("a vector scenario keeps the gram matrix and target moment") {
   const scenario s = read_scenario(
-      document(R"("theta": [0, 0], )",
-               R"([{"ranks": [{"targets": [{"x": [1, 2], "y": 3}, null]}, {"microbatches": [[], [{"x": ["1/2", 0], "y": -1}]]}]}])"),
+      document(
+          R"("theta": [0, 0], )",
+          R"([{"ranks": [{"targets": [{"x": [1, 2], "y": 3}, null]}, )"
+          R"({"microbatches": [[], [{"x": ["1/2", 0], "y": -1}]]}]}])"),
       "s.json");
   CHECK_FALSE(s.scalar_model);
   CHECK(s.dimension == 2);
@@ -68,7 +72,8 @@ TEST_CASE("a vector scenario keeps the gram matrix and target moment") {
 
 TEST_CASE("repeat expands a step") {
   const scenario s = read_scenario(
-      document(R"("theta": 0, )", R"([{"ranks": [{"targets": [1]}], "repeat": 3}, {"ranks": [{"targets": [2]}]}])"), "s.json");
+      document(R"("theta": 0, )", R"([{"ranks": [{"targets": [1]}], "repeat": 3}, {"ranks": [{"targets": [2]}]}])"),
+      "s.json");
   REQUIRE(s.steps.size() == 4);
   CHECK(s.steps[2].ranks[0].microbatches[0].target_moment[0] == 1);
   CHECK(s.steps[3].ranks[0].microbatches[0].target_moment[0] == 2);
@@ -106,16 +111,19 @@ TEST_CASE("rejections carry a code and a place") {
       {"another format", R"({"format": "normcheck/1"})", error_code::schema_error, "unsupported format"},
       {"an unknown key", document(R"("theta": 0, "lr": 1, )"), error_code::schema_error, "unknown key \"lr\""},
       {"no theta", document(""), error_code::schema_error, "missing key \"theta\""},
-      {"global_mean as a local scalar", document(R"("theta": 0, "loss_scale": "global_mean", )"), error_code::schema_error,
-       "global_mean is the objective itself"},
-      {"a fault on a rank beyond W", document(R"("theta": 0, "faults": [{"kind": "skipped_collective", "rank": 2, "step": 1}], )"),
+      {"global_mean as a local scalar", document(R"("theta": 0, "loss_scale": "global_mean", )"),
+       error_code::schema_error, "global_mean is the objective itself"},
+      {"a fault on a rank beyond W",
+       document(R"("theta": 0, "faults": [{"kind": "skipped_collective", "rank": 2, "step": 1}], )"),
        error_code::schema_error, "names rank 2 but W = 2"},
-      {"a fault after the last step", document(R"("theta": 0, "faults": [{"kind": "skipped_collective", "rank": 1, "step": 2}], )"),
+      {"a fault after the last step",
+       document(R"("theta": 0, "faults": [{"kind": "skipped_collective", "rank": 1, "step": 2}], )"),
        error_code::schema_error, "acts at step 2 but the scenario has 1 steps"},
       {"a scheduler fault without a schedule",
-       document(R"("theta": 0, "faults": [{"kind": "scheduler_step", "rank": 1, "step": 1}], )"), error_code::schema_error,
-       "scheduler_step needs a scheduler"},
-      {"a clipping fault without clipping", document(R"("theta": 0, "faults": [{"kind": "local_clipping", "rank": 1, "step": 1}], )"),
+       document(R"("theta": 0, "faults": [{"kind": "scheduler_step", "rank": 1, "step": 1}], )"),
+       error_code::schema_error, "scheduler_step needs a scheduler"},
+      {"a clipping fault without clipping",
+       document(R"("theta": 0, "faults": [{"kind": "local_clipping", "rank": 1, "step": 1}], )"),
        error_code::schema_error, "local_clipping needs clipping"},
       {"a restored buffer of the wrong form",
        document(R"("theta": 0, "faults": [{"kind": "optimizer_state", "rank": 1, "step": 1, "momentum": [1]}], )"),
@@ -126,15 +134,17 @@ TEST_CASE("rejections carry a code and a place") {
        document(R"("theta": 0, )", R"([{"ranks": [{"targets": [1]}]}, {"ranks": [{"targets": [null]}]}])"),
        error_code::no_valid_tokens, "step 2 holds no valid token"},
       {"steps of different widths",
-       document(R"("theta": 0, )", R"([{"ranks": [{"targets": [1]}]}, {"ranks": [{"targets": [1]}, {"targets": [1]}]}])"),
+       document(R"("theta": 0, )",
+                R"([{"ranks": [{"targets": [1]}]}, {"ranks": [{"targets": [1]}, {"targets": [1]}]}])"),
        error_code::world_size_mismatch, "every step has the same W ranks"},
       {"a stale world_size", document(R"("theta": 0, "world_size": 3, )"), error_code::world_size_mismatch,
        "world_size is 3 but the steps list 2 ranks"},
       {"too many steps", document(R"("theta": 0, )", R"([{"ranks": [{"targets": [1]}], "repeat": 1001}])"),
        error_code::limit_exceeded, "more than the limit of 1000"},
       {"too much work",
-       document(R"("theta": [0, 0], )",
-                R"([{"ranks": [{"targets": [{"x": [1, 0], "y": 1}]}, {"targets": []}, {"targets": []}], "repeat": 1000}])"),
+       document(
+           R"("theta": [0, 0], )",
+           R"([{"ranks": [{"targets": [{"x": [1, 0], "y": 1}]}, {"targets": []}, {"targets": []}], "repeat": 1000}])"),
        error_code::limit_exceeded, "12000000 units of work"},
       {"a float where an exact number belongs", document(R"("theta": "NaN", )"), error_code::bad_number, "NaN"},
       {"a duplicate key", document(R"("theta": 0, "theta": 1, )"), error_code::schema_error, "duplicate key"},

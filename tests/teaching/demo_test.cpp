@@ -29,7 +29,8 @@ std::string markdown_of(const normcheck::demo_document& document) {
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
-rational library(const std::vector<std::vector<token>>& ranks, strategy s, normcheck::reducer_kind reducer = normcheck::reducer_kind::mean) {
+rational library(const std::vector<std::vector<token>>& ranks, strategy s,
+                 normcheck::reducer_kind reducer = normcheck::reducer_kind::mean) {
   return *normcheck::gradient(normcheck::make_partition(ranks, 0, reducer), s);
 }
 

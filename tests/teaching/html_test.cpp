@@ -18,8 +18,9 @@ bool html_has(const std::string& text, const std::string& part) { return text.fi
 demo_document sample() {
   demo_document d;
   d.title = "Title <with> & \"quotes\" and 'apostrophes'";
-  d.sections.push_back({"First <section>", {normcheck::demo_paragraph{"a < b & c > d, see `normcheck demo <x>` for -3/2"},
-                                            normcheck::demo_display{{"∇L = (0 + (-6)) / 4 = -3/2", "x < y && z"}}}});
+  d.sections.push_back({"First <section>",
+                        {normcheck::demo_paragraph{"a < b & c > d, see `normcheck demo <x>` for -3/2"},
+                         normcheck::demo_display{{"∇L = (0 + (-6)) / 4 = -3/2", "x < y && z"}}}});
   normcheck::demo_table table;
   table.header = {"rank", "Sᵣ/nᵣ", "a\"b"};
   table.rows = {{"0", "1/2", "<td>"}, {"1", "1/4", "&amp;"}};

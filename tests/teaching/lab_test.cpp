@@ -149,7 +149,8 @@ TEST_CASE("help and the banner say what the instrument does not have") {
   }
   std::string help;
   for (const std::string& line : normcheck::lab_help()) help += line + "\n";
-  for (const char* command : {"reset", "set lr VALUE", "set x VALUE", "predict VALUE", "step [K]", "show", "help", "quit"})
+  for (const char* command :
+       {"reset", "set lr VALUE", "set x VALUE", "predict VALUE", "step [K]", "show", "help", "quit"})
     CHECK(help.find(command) != std::string::npos);
 }
 

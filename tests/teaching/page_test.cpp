@@ -45,7 +45,8 @@ std::vector<std::string> shown_texts(const normcheck::demo_document& document) {
       } else if (const auto* d = std::get_if<normcheck::demo_display>(&block)) {
         for (const std::string& line : d->lines) texts.push_back(normcheck::xml_escape(line));
       } else if (const auto* t = std::get_if<normcheck::demo_table>(&block)) {
-        for (const std::string& cell : t->header) texts.push_back("<th scope=\"col\">" + normcheck::xml_escape(cell) + "</th>");
+        for (const std::string& cell : t->header)
+          texts.push_back("<th scope=\"col\">" + normcheck::xml_escape(cell) + "</th>");
         for (const auto& row : t->rows)
           for (const std::string& cell : row) texts.push_back("<td>" + normcheck::xml_escape(cell) + "</td>");
       }
@@ -90,12 +91,12 @@ TEST_CASE("every text and number of every demo is on the page") {
 
 TEST_CASE("the derivation's numbers are marked with the facts they are") {
   const std::string& page = builtin_page();
-  for (const char* fact : {"data-fact=\"objective\" value=\"-3/2\">-3/2 (≈ -1.5)</data>",
-                           "data-fact=\"local-means\" value=\"-1\">-1</data>",
-                           "data-fact=\"rank-mean-1\" value=\"-2\">-2</data>",
-                           "data-fact=\"share-local-means-0\" value=\"1/2\">", "data-fact=\"share-objective-0\" value=\"1/4\">",
-                           "data-fact=\"compensated\" value=\"-3/2\">", "data-fact=\"empty-local-means\" data-undefined",
-                           "data-fact=\"all-empty\">no_valid_tokens</span>"})
+  for (const char* fact :
+       {"data-fact=\"objective\" value=\"-3/2\">-3/2 (≈ -1.5)</data>",
+        "data-fact=\"local-means\" value=\"-1\">-1</data>", "data-fact=\"rank-mean-1\" value=\"-2\">-2</data>",
+        "data-fact=\"share-local-means-0\" value=\"1/2\">", "data-fact=\"share-objective-0\" value=\"1/4\">",
+        "data-fact=\"compensated\" value=\"-3/2\">", "data-fact=\"empty-local-means\" data-undefined",
+        "data-fact=\"all-empty\">no_valid_tokens</span>"})
     CHECK_MESSAGE(page_has(page, fact), fact);
 }
 
@@ -146,9 +147,9 @@ TEST_CASE("the lab's data holds every message, the help, the limits and the lite
 }
 
 TEST_CASE("the page on a user's partition shows that partition's numbers") {
-  const normcheck::demo_input input = normcheck::example_input({{{normcheck::token{1}}}, {{normcheck::token{3}, normcheck::token{5}}}},
-                                                               normcheck::rational(1, 2), normcheck::reducer_kind::mean,
-                                                               "a <test> partition");
+  const normcheck::demo_input input =
+      normcheck::example_input({{{normcheck::token{1}}}, {{normcheck::token{3}, normcheck::token{5}}}},
+                               normcheck::rational(1, 2), normcheck::reducer_kind::mean, "a <test> partition");
   const std::string page = teaching_page(input);
   CHECK(page_has(page, "on a &lt;test&gt; partition."));
   const normcheck::derivation_facts facts = normcheck::compute_derivation(input);
@@ -174,7 +175,8 @@ TEST_CASE("every id on the page is unique and every reference names one") {
   std::size_t references = 0;
   for (auto it = std::sregex_iterator(page.begin(), page.end(), reference); it != std::sregex_iterator(); ++it) {
     std::istringstream names((*it)[2].str());
-    for (std::string name; names >> name; ++references) CHECK_MESSAGE(ids.count(name) == 1, (std::string("no element ") + name));
+    for (std::string name; names >> name; ++references)
+      CHECK_MESSAGE(ids.count(name) == 1, (std::string("no element ") + name));
   }
   CHECK(references > 20);
   for (const char* control : {"lab-lr", "lab-x", "lab-predict", "lab-steps", "lab-command"})

@@ -80,7 +80,8 @@ TEST_CASE("clipping happens before weight decay") {
   settings.clip_value = 1;
   settings.weight_decay = 1;
   // g = 10 is clipped to 1, then λ·x = 2 is added: x1 = 2 - (1 + 2) = -1.
-  const std::vector<rational> path = normcheck::trajectory([](const rational&) { return rational(10); }, 2, settings, 1);
+  const std::vector<rational> path =
+      normcheck::trajectory([](const rational&) { return rational(10); }, 2, settings, 1);
   CHECK(path[1] == -1);
 }
 
@@ -116,29 +117,30 @@ TEST_CASE("describe names every feature that is on") {
 }
 
 TEST_CASE("laws of the disguise on random linear optimizers") {
-  CHECK(rc::check("a gradient scaled by k with rate eta equals the true gradient with rate k times eta under linear optimizers",
-                  [](int kn, int kd, int rate, int start, int target, int momentum) {
-                    const rational k = small_rational(kn % 50, kd % 50);
-                    const rational eta = small_rational(rate % 20, 40);
-                    const rational mu = small_rational(momentum % 10, 10);
-                    const rational y = small_rational(target % 100, 7);
-                    const rational x0 = small_rational(start % 100, 3);
-                    const normcheck::gradient_function correct = [y](const rational& x) {
-                      rational g = x - y;
-                      return g;
-                    };
-                    const normcheck::gradient_function scaled = [y, k](const rational& x) {
-                      rational g = k * (x - y);
-                      return g;
-                    };
-                    normcheck::optimizer_settings a;
-                    a.learning_rate = eta;
-                    a.momentum = mu;
-                    normcheck::optimizer_settings b = a;
-                    b.learning_rate = k * eta;
-                    RC_ASSERT(!normcheck::first_parting(normcheck::trajectory(scaled, x0, a, 5),
-                                                        normcheck::trajectory(correct, x0, b, 5)));
-                  }));
+  CHECK(rc::check(
+      "a gradient scaled by k with rate eta equals the true gradient with rate k times eta under linear optimizers",
+      [](int kn, int kd, int rate, int start, int target, int momentum) {
+        const rational k = small_rational(kn % 50, kd % 50);
+        const rational eta = small_rational(rate % 20, 40);
+        const rational mu = small_rational(momentum % 10, 10);
+        const rational y = small_rational(target % 100, 7);
+        const rational x0 = small_rational(start % 100, 3);
+        const normcheck::gradient_function correct = [y](const rational& x) {
+          rational g = x - y;
+          return g;
+        };
+        const normcheck::gradient_function scaled = [y, k](const rational& x) {
+          rational g = k * (x - y);
+          return g;
+        };
+        normcheck::optimizer_settings a;
+        a.learning_rate = eta;
+        a.momentum = mu;
+        normcheck::optimizer_settings b = a;
+        b.learning_rate = k * eta;
+        RC_ASSERT(!normcheck::first_parting(normcheck::trajectory(scaled, x0, a, 5),
+                                            normcheck::trajectory(correct, x0, b, 5)));
+      }));
 }
 
 TEST_CASE("a wrong disguise that forgets to scale the rate parts at once") {

@@ -148,7 +148,8 @@ TEST_CASE("an expected rejection that does not occur fails") {
   "ranks": [{"targets": [1]}, {"targets": []}]
 })", "missing.json");
   CHECK(status(report) == "fail");
-  CHECK(joined_failures(report) == "expected rejection with no_valid_tokens, but the document was read without error\n");
+  CHECK(joined_failures(report) ==
+        "expected rejection with no_valid_tokens, but the document was read without error\n");
 }
 
 TEST_CASE("a syntax error after expect_error meets the expectation") {
@@ -189,7 +190,8 @@ TEST_CASE("a cut-off document never meets its expect_error") {
   }
   SUBCASE("cut after the problem it expects") {
     const normcheck::file_report report = normcheck::check_text(
-        R"({"format": "normcheck/1", "expect_error": "schema_error", "bogus": 1, "ranks": [{"targets": [1)", "cut.json");
+        R"({"format": "normcheck/1", "expect_error": "schema_error", "bogus": 1, "ranks": [{"targets": [1)",
+        "cut.json");
     CHECK(status(report) == "error");
   }
 }

@@ -56,7 +56,8 @@ TEST_CASE("xml_escape leaves no raw markup and nothing XML cannot hold, whatever
     for (std::size_t i = 0; i < escaped.size();) {
       const normcheck::utf8_step step = normcheck::decode_utf8(escaped, i);
       RC_ASSERT(step.valid);
-      RC_ASSERT(!(step.code_point < 0x20 && step.code_point != '\t' && step.code_point != '\n' && step.code_point != '\r'));
+      RC_ASSERT(
+          !(step.code_point < 0x20 && step.code_point != '\t' && step.code_point != '\n' && step.code_point != '\r'));
       RC_ASSERT(step.code_point != 0xFFFE);
       RC_ASSERT(step.code_point != 0xFFFF);
       i += step.length;
@@ -66,13 +67,15 @@ TEST_CASE("xml_escape leaves no raw markup and nothing XML cannot hold, whatever
 
 TEST_CASE("xml_escape unescapes to its input on text without controls or non-characters") {
   CHECK(rc::check("entities undone give the text back", [] {
-    const auto code_points = *rc::gen::container<std::vector<char32_t>>(rc::gen::oneOf(
-        rc::gen::element<char32_t>('\t', '\n', '\r', '&', '<', '>', '"', '\''), rc::gen::inRange<char32_t>(0x20, 0xD800),
-        rc::gen::inRange<char32_t>(0xE000, 0xFFFE), rc::gen::inRange<char32_t>(0x10000, 0x110000)));
+    const auto code_points = *rc::gen::container<std::vector<char32_t>>(
+        rc::gen::oneOf(rc::gen::element<char32_t>('\t', '\n', '\r', '&', '<', '>', '"', '\''),
+                       rc::gen::inRange<char32_t>(0x20, 0xD800), rc::gen::inRange<char32_t>(0xE000, 0xFFFE),
+                       rc::gen::inRange<char32_t>(0x10000, 0x110000)));
     std::string text;
     for (char32_t c : code_points) {
       // Controls and non-characters are what xml_escape writes visibly; every other character it keeps.
-      const bool kept = c == '\t' || c == '\n' || c == '\r' || !(normcheck::is_control(c) || normcheck::is_noncharacter(c));
+      const bool kept =
+          c == '\t' || c == '\n' || c == '\r' || !(normcheck::is_control(c) || normcheck::is_noncharacter(c));
       normcheck::append_utf8(text, kept ? c : U'x');
     }
     RC_ASSERT(unescape_entities(normcheck::xml_escape(text)) == text);

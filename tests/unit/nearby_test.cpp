@@ -21,11 +21,13 @@ using normcheck::token;
 
 // Two ranks of two microbatches: G = W = 2.
 partition square() {
-  return make_accumulated_partition({{{rational(1), rational(2)}, {rational(3)}}, {{rational(4)}, {rational(5), std::nullopt}}});
+  return make_accumulated_partition(
+      {{{rational(1), rational(2)}, {rational(3)}}, {{rational(4)}, {rational(5), std::nullopt}}});
 }
 
 const nearby_update* find(const std::vector<nearby_update>& all, const std::string& starts) {
-  const auto it = std::find_if(all.begin(), all.end(), [&](const nearby_update& n) { return n.change.rfind(starts, 0) == 0; });
+  const auto it =
+      std::find_if(all.begin(), all.end(), [&](const nearby_update& n) { return n.change.rfind(starts, 0) == 0; });
   return it == all.end() ? nullptr : &*it;
 }
 

@@ -86,7 +86,9 @@ TEST_CASE("each objective's weights, group by group") {
 TEST_CASE("the report's strategies in sequence units") {
   const partition p = sequenced();
   const objective_units units(p, objective_kind::sequence_mean);
-  auto weights = [&](strategy s) { return shown(*normcheck::delivered_weights(units, normcheck::normalization_of(s))); };
+  auto weights = [&](strategy s) {
+    return shown(*normcheck::delivered_weights(units, normcheck::normalization_of(s)));
+  };
   // scaled_sum: W/(B·nₛ), halved by DDP's mean: the objective's weights.
   CHECK(weights(strategy::scaled_sum) == objective_weights(p, objective_kind::sequence_mean));
   // local_mean: 1/(bᵣ·nₛ) then ÷W; rank 0 has b = 2, rank 1 has b = 2.
@@ -108,7 +110,8 @@ TEST_CASE("the gradient, the totals and the delivered weights agree for every st
     for (strategy s : normcheck::all_strategies) {
       CAPTURE(normcheck::strategy_name(s));
       CAPTURE(normcheck::objective_name(objective));
-      const std::optional<std::vector<rational>> weights = normcheck::delivered_weights(units, normcheck::normalization_of(s));
+      const std::optional<std::vector<rational>> weights =
+          normcheck::delivered_weights(units, normcheck::normalization_of(s));
       const std::optional<rational> gradient = normcheck::synchronized_gradient(units, normcheck::normalization_of(s));
       REQUIRE(weights.has_value() == gradient.has_value());
       if (!weights) continue;
@@ -116,7 +119,8 @@ TEST_CASE("the gradient, the totals and the delivered weights agree for every st
       std::size_t g = 0;
       for (const normcheck::rank_stats& rank : p.ranks)
         for (const normcheck::microbatch_stats& m : rank.microbatches)
-          for (std::size_t i = 0; i < m.group_count(); ++i) total += (*weights)[g++] * normcheck::loss_gradient_sum(m.group(i), p.theta);
+          for (std::size_t i = 0; i < m.group_count(); ++i)
+            total += (*weights)[g++] * normcheck::loss_gradient_sum(m.group(i), p.theta);
       CHECK(total == *gradient);
     }
   }
@@ -249,7 +253,8 @@ TEST_CASE("the mesh's counts: over dp only, over cp only, and before the sequenc
   CHECK(delivered(p, "count_before_sequence_sharding") == std::vector<rational>(4, fraction_of(1, 22)));
   // The words name the mesh's dimensions.
   const normcheck::normalization& over_dp = *normcheck::find_normalization("count_over_data_dims");
-  CHECK(normcheck::mesh_spelled(over_dp.remedy, p) == "reduce the count over every data and sequence dimension (dp × cp)");
+  CHECK(normcheck::mesh_spelled(over_dp.remedy, p) ==
+        "reduce the count over every data and sequence dimension (dp × cp)");
   CHECK(normcheck::spelled(over_dp.formula, objective_units(p, p.objective)) == "W·Sᵣ/(nᵣ summed over dp)");
 }
 
@@ -270,7 +275,8 @@ TEST_CASE("without sequence dimensions the mesh's normalizations are undefined: 
   p.mesh = {{"cp", 4, normcheck::mesh_role::sequence}};
   const objective_units units(p, p.objective);
   CHECK_FALSE(normcheck::delivered_weights(units, *normcheck::find_normalization("count_over_data_dims")).has_value());
-  CHECK(normcheck::delivered_weights(units, *normcheck::find_normalization("count_before_sequence_sharding")).has_value());
+  CHECK(normcheck::delivered_weights(units, *normcheck::find_normalization("count_before_sequence_sharding"))
+            .has_value());
 }
 
 TEST_CASE("replicas: the update keeps the first of each, numbered as the whole mesh numbers them") {

@@ -42,7 +42,9 @@ rc::Gen<observed_value> observed_values() {
       },
       rc::gen::arbitrary<std::int64_t>(), rc::gen::inRange(0u, 300u));
   const auto fraction = rc::gen::apply(
-      [](std::int64_t p, std::int64_t q) -> observed_value { return rational(integer(p)) / rational(integer(q) * 2 + 3); },
+      [](std::int64_t p, std::int64_t q) -> observed_value {
+        return rational(integer(p)) / rational(integer(q) * 2 + 3);
+      },
       rc::gen::inRange<std::int64_t>(-100000, 100000), rc::gen::inRange<std::int64_t>(0, 100000));
   const auto special = rc::gen::element<observed_value>(non_finite::nan, non_finite::positive_infinity,
                                                         non_finite::negative_infinity);

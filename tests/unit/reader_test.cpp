@@ -273,7 +273,8 @@ TEST_CASE("weighted sequences are read beside their tokens, in one microbatch an
       R"({"microbatches": [{"sequences": [[4]]}, {"sequences": [[5, null], []]}], )"
       R"("weights": [{"sequences": [[3]]}, {"sequences": [[1, null], []]}]}])",
       weighted);
-  const normcheck::partition_file file = normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
+  const normcheck::partition_file file =
+      normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
   const normcheck::partition& update = file.update;
   REQUIRE(update.ranks.size() == 2);
   CHECK(update.group_count() == 5);
@@ -291,50 +292,61 @@ TEST_CASE("weights and the objective must agree, each rejection at its place") {
   CHECK(rejection(document(R"("ranks": [{"targets": [1], "weights": [1]}, {"targets": [2]}])", weighted)) ==
         "schema_error at 3:47");
   CHECK(rejection(document(R"("ranks": [{"targets": [1]}])", R"("objective": "weighted")")) == "schema_error at 4:16");
-  CHECK(rejection(document(R"("ranks": [{"targets": [1]}])", R"("recipe": {"scale": "W / M"})")) == "recipe_error at 4:13");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1]}])", R"("recipe": {"scale": "W / M"})")) ==
+        "recipe_error at 4:13");
 }
 
 TEST_CASE("a weight is an exact non-negative number beside each valid token, null beside padding") {
   constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
-  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, -0.5]}])", weighted)) == "bad_number at 3:48");
-  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, "-1/2"]}])", weighted)) == "bad_number at 3:48");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, -0.5]}])", weighted)) ==
+        "bad_number at 3:48");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, "-1/2"]}])", weighted)) ==
+        "bad_number at 3:48");
   CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, -0]}])", weighted)) == "accepted");
-  CHECK(rejection(document(R"("ranks": [{"targets": [1, null], "weights": [1, 1]}])", weighted)) == "schema_error at 3:51");
-  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, null]}])", weighted)) == "schema_error at 3:48");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, null], "weights": [1, 1]}])", weighted)) ==
+        "schema_error at 3:51");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1, null]}])", weighted)) ==
+        "schema_error at 3:48");
   CHECK(rejection(document(R"("ranks": [{"targets": [1], "weights": [1, 2]}])", weighted)) == "schema_error at 3:45");
   CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [1]}])", weighted)) == "schema_error at 3:44");
   CHECK(rejection(document(R"("ranks": [{"microbatches": [[1], [2]], "weights": [[1]]}])", weighted)) ==
         "schema_error at 3:53");
-  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [true, 1]}])", weighted)) == "schema_error at 3:45");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [true, 1]}])", weighted)) ==
+        "schema_error at 3:45");
 }
 
 TEST_CASE("weights that sum to zero leave no objective") {
   constexpr std::string_view weighted = R"("objective": "weighted_token_mean")";
-  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [0, 0]}])", weighted)) == "no_valid_tokens at 3:12");
+  CHECK(rejection(document(R"("ranks": [{"targets": [1, 2], "weights": [0, 0]}])", weighted)) ==
+        "no_valid_tokens at 3:12");
   CHECK(message_of(document(R"("ranks": [{"targets": [1, 2], "weights": [0, 0]}])", weighted)).find("M = 0") !=
         std::string::npos);
 }
 
 TEST_CASE("observed values may be NaN or an infinity as float.hex() prints them; targets may not") {
-  CHECK(rejection(document(two_ranks, R"("observed": {"per_rank": ["nan", "nan"], "dtype": "float32"})")) == "accepted");
+  CHECK(rejection(document(two_ranks, R"("observed": {"per_rank": ["nan", "nan"], "dtype": "float32"})")) ==
+        "accepted");
   CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "-inf", "dtype": "float32"})")) == "accepted");
-  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "NaN", "dtype": "float32"})")) == "bad_number at 4:28");
+  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": "NaN", "dtype": "float32"})")) ==
+        "bad_number at 4:28");
   CHECK(rejection(document(R"("ranks": [{"targets": ["nan"]}])")) == "bad_number at 3:26");
 }
 
 TEST_CASE("reduction_dtype and divided_by are read and checked against the ranks") {
-  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": 1, "dtype": "float32", "reduction_dtype": "float16"})")) ==
+  CHECK(rejection(
+            document(two_ranks, R"("observed": {"gradient": 1, "dtype": "float32", "reduction_dtype": "float16"})")) ==
         "accepted");
-  CHECK(rejection(document(two_ranks, R"("observed": {"gradient": 1, "dtype": "float32", "reduction_dtype": "fp8"})")) ==
-        "schema_error at 4:70");
+  CHECK(
+      rejection(document(two_ranks, R"("observed": {"gradient": 1, "dtype": "float32", "reduction_dtype": "fp8"})")) ==
+      "schema_error at 4:70");
   CHECK(rejection(document(two_ranks,
                            R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, 4]}})")) ==
         "accepted");
   CHECK(rejection(document(two_ranks,
                            R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4]}})")) ==
         "schema_error at 4:74");
-  CHECK(rejection(document(two_ranks,
-                           R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, [4, 4]]}})")) ==
+  CHECK(rejection(document(
+            two_ranks, R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, [4, 4]]}})")) ==
         "schema_error at 4:74");
   CHECK(message_of(document(two_ranks,
                             R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, [4, 4]]}})"))

@@ -341,7 +341,8 @@ def main():
         "The weighted objective with a rank that gives no weights: rejected as schema_error.",
         [{"targets": [1, 2], "weights": [1, 2]}, {"targets": [3]}], expect_error="schema_error"))
     write("error_weights_length", document(
-        "A rank of two targets with three weights: the weights must be shaped like the targets, rejected as schema_error.",
+        "A rank of two targets with three weights: the weights must be shaped like the targets, "
+        "rejected as schema_error.",
         [{"targets": [1, 2], "weights": [1, 2, 3]}, {"targets": [3], "weights": [1]}], expect_error="schema_error"))
     write("error_weight_beside_padding", document(
         "A weight of 1 beside a padding target: padding carries no mass, rejected as schema_error.",

@@ -40,7 +40,7 @@ struct file_report {
   std::string file;
   document_kind kind = document_kind::partition;
   file_status status = file_status::error;
-  std::optional<partition_file> document;      ///< a partition file, when it was read (its sections hold their verdicts)
+  std::optional<partition_file> document;  ///< a partition file, when it was read (its sections hold their verdicts)
   gradient_set gradients;                      ///< valid when `document` is set
   std::vector<expectation_result> expectations;
   std::optional<error> rejection;              ///< why the file was rejected, expected or not

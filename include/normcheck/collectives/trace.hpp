@@ -17,7 +17,17 @@
 namespace normcheck {
 
 /// The collective operations a trace may name.
-enum class collective_op { all_reduce, broadcast, all_gather, reduce_scatter, barrier, reduce, gather, scatter, all_to_all };
+enum class collective_op {
+  all_reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  barrier,
+  reduce,
+  gather,
+  scatter,
+  all_to_all
+};
 
 /// The stable name, e.g. "all_reduce".
 std::string_view collective_op_name(collective_op op) noexcept;

@@ -291,8 +291,8 @@ partition make_partition(const std::vector<std::vector<token>>& ranks, const rat
                          reducer_kind reducer = reducer_kind::mean);
 
 /// A partition from explicit microbatches per rank.
-partition make_accumulated_partition(const std::vector<std::vector<std::vector<token>>>& ranks, const rational& theta = 0,
-                         reducer_kind reducer = reducer_kind::mean);
+partition make_accumulated_partition(const std::vector<std::vector<std::vector<token>>>& ranks,
+                                     const rational& theta = 0, reducer_kind reducer = reducer_kind::mean);
 
 /// Tokens with weights, both shaped ranks → microbatches → positions: the weighted objective. A weight
 /// stands beside each valid token (nullopt beside padding). Throws `error(schema_error)` when the shapes

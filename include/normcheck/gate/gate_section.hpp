@@ -27,7 +27,8 @@ public:
   void read(std::string_view key, field_reader& in) override;
   void settle(const partition_file& document, field_reader& in) override;
   bool present() const override { return observed_.has_value(); }
-  void judge(const partition_file& document, const gradient_set& gradients, std::vector<std::string>& failures) override;
+  void judge(const partition_file& document, const gradient_set& gradients,
+             std::vector<std::string>& failures) override;
   void print_text(std::ostream& out, const partition_file& document, const gradient_set& gradients) const override;
   void write_json(json_writer& json, const partition_file& document, const gradient_set& gradients) const override;
   std::optional<std::string> failure_summary() const override;

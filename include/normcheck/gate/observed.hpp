@@ -88,7 +88,7 @@ struct group_measurement {
 
 /// The result a training step produced, exactly as dumped (hex floats keep it exact).
 struct observed_result {
-  std::vector<observed_value> per_rank;      ///< each rank's synchronized value (one entry if only `gradient` was given)
+  std::vector<observed_value> per_rank;  ///< each rank's synchronized value (one entry if only `gradient` was given)
   bool from_per_rank = false;                ///< true when the file gave `per_rank`
   dtype type = dtype::exact;
   std::optional<dtype> reduction_type;       ///< `reduction_dtype`: the all-reduce's arithmetic, when not `type`

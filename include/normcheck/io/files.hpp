@@ -80,9 +80,10 @@ std::string load_file(const std::filesystem::path& path, const reader_limits& li
 /// Writes a report so that it never destroys what `path` names. A regular file, or a path that does not
 /// exist yet, is replaced atomically: a temporary file beside it, flushed, renamed over it, the directory
 /// flushed, so an interrupted run leaves the old file or the new one, never half of one (and, with
-/// `install_signal_handlers`, SIGTERM or SIGINT remove the temporary file). A symbolic link is followed and its target replaced. A character
-/// device, a FIFO or an open descriptor (/dev/stdout) is written through, never replaced. A directory or a
-/// block device is an `io_error`, and so is any failure, naming the path; an empty path is `usage_error`.
+/// `install_signal_handlers`, SIGTERM or SIGINT remove the temporary file). A symbolic link is followed and its target
+/// replaced. A character device, a FIFO or an open descriptor (/dev/stdout) is written through, never replaced. A
+/// directory or a block device is an `io_error`, and so is any failure, naming the path; an empty path is
+/// `usage_error`.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 
 /// Throws `error(usage_error)` when `output` (the value of `option`, e.g. "--output") is the same file as one

@@ -43,7 +43,8 @@ struct json_name {
 class json_writer {
 public:
   /// Writes into `out`, appending, for `context`.
-  explicit json_writer(std::string& out, json_context context = json_context::document) : out_(out), context_(context) {}
+  explicit json_writer(std::string& out, json_context context = json_context::document)
+      : out_(out), context_(context) {}
 
   /// Opens an object.
   json_writer& begin_object(json_layout layout = json_layout::inline_);

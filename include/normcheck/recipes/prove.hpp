@@ -53,9 +53,9 @@ std::string describe(const count_configuration& where);
 
 /// How the question was settled.
 enum class proof_verdict {
-  proved,           ///< the identity holds for all counts (decided exactly), and no divisor vanished in the scopes checked
-  checked,          ///< no counterexample in the scopes checked, but the expression is too large to decide for all counts
-  wrong,            ///< a partition where the recipe's gradient is not the objective's
+  proved,   ///< the identity holds for all counts (decided exactly), and no divisor vanished in the scopes checked
+  checked,  ///< no counterexample in the scopes checked, but the expression is too large to decide for all counts
+  wrong,    ///< a partition where the recipe's gradient is not the objective's
   divides_by_zero,  ///< a partition where the scale divides by zero
 };
 
@@ -77,7 +77,8 @@ struct recipe_counterexample {
 struct proof_result {
   proof_verdict verdict = proof_verdict::checked;
   std::string coverage;                        ///< what was covered, in words, with counts
-  std::optional<recipe_counterexample> counterexample;  ///< for wrong: where the gradient differs; for divides_by_zero: where the scale is undefined
+  std::optional<recipe_counterexample>
+      counterexample;  ///< for wrong: where the gradient differs; for divides_by_zero: where the scale is undefined
   std::optional<recipe_counterexample> division_risk;   ///< for wrong: also where the scale divides by zero, if found
 };
 

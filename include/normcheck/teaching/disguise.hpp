@@ -47,7 +47,8 @@ struct disguise_facts {
   std::vector<disguise_run> runs;  ///< plain SGD first, then each feature
 };
 
-/// The mistake the disguise demo uses under a reducer: scaled_sum (off by W) under sum, local_sum (off by N/W) under mean.
+/// The mistake the disguise demo uses under a reducer: scaled_sum (off by W) under sum, local_sum (off by N/W) under
+/// mean.
 strategy disguise_mistake(reducer_kind reducer);
 
 /// Computes the disguise demo: k from the library, then both runs for every optimizer feature.

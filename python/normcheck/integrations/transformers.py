@@ -233,4 +233,3 @@ def attach(trainer: Trainer, *, step: int = 0, every: Optional[int] = None, log:
 
     trainer.train = train_then_close  # type: ignore[method-assign]
     return callback
-

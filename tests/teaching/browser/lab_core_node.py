@@ -7,7 +7,6 @@ seeded random session must give the same outcomes. Exit status 77 (skipped) when
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,8 @@ def main():
     parser.add_argument("--normcheck", required=True)
     parser.add_argument("--runs", required=True)
     parser.add_argument("--work", required=True)
-    parser.add_argument("--page", help="use this page instead of generating one (to see the test fail on a broken page)")
+    parser.add_argument("--page",
+                        help="use this page instead of generating one (to see the test fail on a broken page)")
     args = parser.parse_args()
     node = shutil.which("node") or shutil.which("nodejs")
     if node is None:
@@ -63,7 +63,8 @@ def main():
     for run, got in zip(runs, outcomes):
         label = "run '%s'" % run["name"]
         want = lab_runs.expected_outcomes(run)
-        problems += lab_runs.diff_outcomes(label + " in the page's lab core (node)", lab_runs.commands_of(run), want, got)
+        problems += lab_runs.diff_outcomes(label + " in the page's lab core (node)", lab_runs.commands_of(run),
+                                           want, got)
         problems += lab_runs.compare_cli(args.normcheck, banner, lab_runs.commands_of(run), want, label)
     problems += lab_runs.compare_cli(args.normcheck, banner, random_commands, outcomes[-1],
                                      "random session (seed 19) of the page's lab core (node) against the command line")

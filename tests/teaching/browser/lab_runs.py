@@ -128,8 +128,9 @@ def random_literal(rng, near_limits=True):
         return sign + rng.choice(["0.1234565", "999999.5", "9.999995", "0.000099999950", "1.0000005", "2.5e-7"])
     if form == 9:  # malformed in every way the reader knows
         return rng.choice(["", "-", "+1", ".5", "1.", "01", "00/1", "1/0", "1/", "1e", "1e+", "0x", "0x1", "0x1p",
-                           "0x.p1", "1x", "1/2/3", "1/01", "0/07", "-0/5", "NaN", "inf", "1,5", "0b101", "１", "é" * rng.randint(1, 30),
-                           "12" + "€" * rng.randint(10, 16), "0." + digits(45) + "z"]).strip() or "z"
+                           "0x.p1", "1x", "1/2/3", "1/01", "0/07", "-0/5", "NaN", "inf", "1,5", "0b101", "１",
+                           "é" * rng.randint(1, 30), "12" + "€" * rng.randint(10, 16),
+                           "0." + digits(45) + "z"]).strip() or "z"
     if form == 10:  # long literals, quoted cut short in a message
         return sign + nonzero() + "." + digits(rng.randint(30, 60)) + rng.choice(["", "q"])
     return sign + rng.choice(["1/3", "2/3", "1/7", "22/7", "1/10", "3/2", "1/1000000", "5/4"])

@@ -67,7 +67,8 @@ class Context:
 
     def close(self, page):
         try:
-            self.browser.send("Target.closeTarget", {"targetId": page.send("Target.getTargetInfo")["targetInfo"]["targetId"]})
+            self.browser.send("Target.closeTarget",
+                              {"targetId": page.send("Target.getTargetInfo")["targetInfo"]["targetId"]})
         except cdp.BrowserError:
             pass
         self.browser.events = [e for e in self.browser.events if e.get("sessionId") != page.session_id]
@@ -243,7 +244,8 @@ def check_figures(ctx):
                 const r = svg.getBoundingClientRect();
                 const hatched = [...svg.querySelectorAll('rect[fill="#c0392b"]')]
                     .map(rect => getComputedStyle(rect).fill);
-                return {role: svg.getAttribute('role'), name, texts: [...svg.querySelectorAll('text')].map(t => t.textContent),
+                return {role: svg.getAttribute('role'), name,
+                        texts: [...svg.querySelectorAll('text')].map(t => t.textContent),
                         rect: {x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}, hatched};
             }""", figure)
             if info is None:
@@ -265,7 +267,8 @@ def check_figures(ctx):
                 values = [t for t in info["texts"] if re.fullmatch(r"-?\d+(/\d+)?", t)]
                 missing = [v for v in values if v not in info["name"]]
                 if not values or missing:
-                    problems.append("%s: the text alternative lacks the values %r" % (figure, missing or "(none drawn)"))
+                    problems.append("%s: the text alternative lacks the values %r" % (
+                        figure, missing or "(none drawn)"))
             else:
                 parts = [t for t in info["texts"] if "parts at step" in t or "never parts" in t]
                 for title in parts:
@@ -294,7 +297,8 @@ def check_narrow(ctx):
                 if (el.closest('.scroll') || el.closest('svg.patterns') || el.closest('.skip')) continue;
                 const r = el.getBoundingClientRect();
                 if (r.width > 0 && r.right > width + 0.5)
-                    outside.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + ' right ' + Math.round(r.right));
+                    outside.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + ' right '
+                                 + Math.round(r.right));
             }
             const controls = [...document.querySelectorAll('#lab button, #lab input')].filter(el => {
                 const r = el.getBoundingClientRect();
@@ -323,7 +327,8 @@ FOCUSED = """(() => {
     const el = document.activeElement;
     if (!el || el === document.body) return null;
     const style = getComputedStyle(el);
-    const visible = (style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) >= 2) || style.boxShadow !== 'none';
+    const visible = (style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) >= 2)
+        || style.boxShadow !== 'none';
     return {id: el.id, tag: el.tagName.toLowerCase(), text: (el.textContent || '').trim().slice(0, 40),
             focusVisible: el.matches(':focus-visible'), indicator: visible};
 })()"""
@@ -390,7 +395,8 @@ def check_keyboard(ctx):
             problems.append("after the skip link, Tab does not reach %s" % (element_id or text))
             return False
 
-        steps = [("lab-lr", "0.1", "lr = 1/10 (≈ 0.1)"), ("lab-x", "2", "x0 = 2"), ("lab-steps", "", "x1 = 9/5 (≈ 1.8)")]
+        steps = [("lab-lr", "0.1", "lr = 1/10 (≈ 0.1)"), ("lab-x", "2", "x0 = 2"),
+                 ("lab-steps", "", "x1 = 9/5 (≈ 1.8)")]
         for element_id, value, expected in steps:
             if not tab_to(element_id):
                 break
@@ -509,7 +515,8 @@ def derivation_facts_from_cli(document):
             facts["rank-mean-" + row[0]] = "undefined" if row[4].startswith("undefined") else row[4]
     facts["objective"] = value_of(line(update, "∇L"))
     for block in blocks(update, "p"):
-        counts = re.search(r"The update holds N = (\d+) valid tokens? on W = (\d+) ranks?, at θ = (.*?)\.( |$)", block[1])
+        counts = re.search(r"The update holds N = (\d+) valid tokens? on W = (\d+) ranks?, at θ = (.*?)\.( |$)",
+                           block[1])
         if counts:
             facts["N"], facts["W"] = counts.group(1), counts.group(2)
             facts["theta"] = value_of(counts.group(3))
@@ -585,13 +592,15 @@ def check_numbers(ctx):
                 problems.append("fact %s: value %r but shown %r" % (fact, value, text))
         for fact, value in sorted(want.items()):
             if got.get(fact) != value:
-                problems.append("fact %s: the page shows %r, normcheck demo derivation %r" % (fact, got.get(fact), value))
+                problems.append("fact %s: the page shows %r, normcheck demo derivation %r" % (
+                    fact, got.get(fact), value))
         if not ctx.partition:
             issue = {"objective": "-3/2", "local-means": "-1", "rank-mean-1": "-2", "share-local-means-0": "1/2",
                      "share-objective-0": "1/4", "compensated": "-3/2"}
             for fact, value in issue.items():
                 if got.get(fact) != value:
-                    problems.append("fact %s on the seed example [[0],[2,2,2]]: %r, expected %s" % (fact, got.get(fact), value))
+                    problems.append("fact %s on the seed example [[0],[2,2,2]]: %r, expected %s" % (
+                        fact, got.get(fact), value))
         print("numbers: %d demos compared block by block, %d marked facts, %d compared with the command line" % (
             len(DEMOS), len(got), len(want)))
         return problems
@@ -743,21 +752,27 @@ MUTATIONS = [
     ("static", "an external link", replace_once("</footer>", '<a href="https://example.invalid/">x</a></footer>')),
     ("load", "a script that throws", replace_once("</body>", "<script>undefinedFunction();</script></body>")),
     ("load", "a console error", replace_once("</body>", "<script>console.error('broken');</script></body>")),
-    ("load", "a request for a missing image", lambda t: replace_once("</footer>", '<img src="missing.png" alt=""></footer>')(CSP(t))),
+    ("load", "a request for a missing image",
+     lambda t: replace_once("</footer>", '<img src="missing.png" alt=""></footer>')(CSP(t))),
     # page.html is the page under test's name in the work folder, so this request succeeds quietly.
-    ("load", "a request that succeeds", lambda t: replace_once("</footer>", '<iframe title="x" src="page.html"></iframe></footer>')(CSP(t))),
+    ("load", "a request that succeeds",
+     lambda t: replace_once("</footer>", '<iframe title="x" src="page.html"></iframe></footer>')(CSP(t))),
     ("screenshot", "nothing drawn", replace_once("</style>", "body { visibility: hidden; }</style>")),
-    ("figures", "the hatching gone", replace_once('figure svg rect[fill="#c0392b"] { fill: url(#hatch-mistaken); }', "")),
-    ("figures", "no text alternative", regex_once(r'(<svg) role="img" aria-labelledby="derivation-figure-title derivation-figure-desc"', r"\1")),
+    ("figures", "the hatching gone",
+     replace_once('figure svg rect[fill="#c0392b"] { fill: url(#hatch-mistaken); }', "")),
+    ("figures", "no text alternative",
+     regex_once(r'(<svg) role="img" aria-labelledby="derivation-figure-title derivation-figure-desc"', r"\1")),
     ("figures", "a series not drawn", replace_once("</style>", 'rect[fill="#1f6f8b"] { display: none; }</style>')),
     ("narrow", "a wide element", replace_once("</header>", '<div style="width: 700px">wide</div></header>')),
     ("narrow", "a control too wide", replace_once("</style>", "#lab-command { min-width: 500px; }</style>")),
     ("keyboard", "a button that is not a button", replace_once('<button type="button" id="lab-reset">Reset</button>',
                                                                '<span id="lab-reset">Reset</span>')),
-    ("keyboard", "focus not shown", replace_once("</style>", "*:focus-visible { outline: none !important; box-shadow: none !important; }</style>")),
+    ("keyboard", "focus not shown",
+     replace_once("</style>", "*:focus-visible { outline: none !important; box-shadow: none !important; }</style>")),
     ("keyboard", "no skip link", regex_once(r'<a class="skip" href="#lab">[^<]*</a>\n', "")),
     ("numbers", "a number in a table", replace_once("<td>-6</td>", "<td>-5</td>")),
-    ("numbers", "a marked number", replace_once('data-fact="objective" value="-3/2">-3/2', 'data-fact="objective" value="-1/2">-1/2')),
+    ("numbers", "a marked number", replace_once('data-fact="objective" value="-3/2">-3/2',
+                                                'data-fact="objective" value="-1/2">-1/2')),
     ("numbers", "a figure label", regex_once(r'(<svg role="img"[^>]*derivation-figure[\s\S]*?>)1/4<', r"\g<1>1/3<")),
     ("lab", "another refusal text", replace_once('"refused: cannot step before lr (set lr VALUE) and x',
                                                  '"refused: cannot step yet: lr (set lr VALUE) and x')),
@@ -810,7 +825,8 @@ def main():
         return SKIP
     os.makedirs(args.work, exist_ok=True)
     page_path = os.path.join(args.work, "page%s.html" % ("-partition" if args.partition else ""))
-    command = [args.normcheck, "demo", "--html", page_path] + (["--partition", args.partition] if args.partition else [])
+    command = ([args.normcheck, "demo", "--html", page_path]
+               + (["--partition", args.partition] if args.partition else []))
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         print("%s failed with %d:\n%s%s" % (" ".join(command), result.returncode, result.stdout, result.stderr))
