@@ -3,7 +3,10 @@
 ``document`` is a pure function of the records and p's ``Geometry``: it puts FSDP2's shards of p.grad
 together (``assemble``), refuses a gradient that was never combined across ranks (``unreduced``), names
 the reducer (given, known from DDP's hook, or inferred from the local and reduced gradients) and
-restricts each rank's probe vectors to the groups it used (``restrict``).
+restricts each rank's probe vectors to the groups it used (``restrict``). On a mesh with replica
+dimensions the replicas of a group write one region of p (``Geometry.region``): the first replica's
+record (every replica coordinate 0) says which of its slots are used, and every replica must have used
+as many.
 
 Standard library only: a test builds records by hand and needs no torch and no processes.
 """
@@ -18,7 +21,8 @@ from . import dump
 from ._probe_record import Geometry, ProbeError, RankRecord
 from .options import Number, Objective, Reducer
 
-__all__ = ["document", "assemble", "unreduced", "restrict", "infer_reducer", "local_parts", "ROUNDOFF"]
+__all__ = ["document", "assemble", "unreduced", "restrict", "first_replicas", "replica_losses", "infer_reducer",
+           "local_parts", "ROUNDOFF"]
 
 ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 """Unit roundoff by dtype name, to pick the coarsest arithmetic the probe's gradient met."""
@@ -42,19 +46,85 @@ def infer_reducer(local: Sequence[float], reduced: Sequence[float], world_size: 
     return best if errors[best] < 0.05 else None
 
 
-def local_parts(values: Sequence[float], rank: int, slots: int, used: int, half: Optional[int]) -> List[float]:
-    """This rank's own components (primary, then witness) of a probe vector."""
-    start = rank * slots
+def local_parts(values: Sequence[float], region: int, slots: int, used: int, half: Optional[int]) -> List[float]:
+    """A rank's own components (primary, then witness) of a probe vector: those of its ``region``."""
+    start = region * slots
     own = list(values[start:start + used])
     if half is not None:
         own += list(values[half + start:half + start + used])
     return own
 
 
+def first_replicas(parts: Sequence[RankRecord], geometry: Geometry) -> List[RankRecord]:
+    """The record that owns each region, in region order: the first rank writing it (all ranks without
+    replica dimensions); ProbeError when a replica recorded another number of groups than its first."""
+    firsts: Dict[int, RankRecord] = {}
+    for part in parts:
+        region = geometry.region(part.rank)
+        first = firsts.setdefault(region, part)
+        if part.used != first.used:
+            raise ProbeError(f"rank {part.rank} recorded {part.used} groups, but rank {first.rank}, a replica of it "
+                             f"(the same coordinates but along {_replica_names(geometry)}), recorded {first.used}: "
+                             "replicas hold the same tokens and record the same groups")
+    if sorted(firsts) != list(range(geometry.regions)):
+        raise ProbeError(f"the records cover regions {sorted(firsts)} of p, not all {geometry.regions}")
+    return [firsts[q] for q in range(geometry.regions)]
+
+
+def replica_losses(parts: Sequence[RankRecord], geometry: Geometry) -> Optional[str]:
+    """The first loss value a replica computed otherwise than its first replica, in words; None when every
+    replica's losses agree within 64 units of roundoff of the coarsest loss dtype.
+
+    Replicas hold the same tokens, so a correct step gives them the same per-token losses; a loss
+    normalized over a rank's own shard (label smoothing over the local vocabulary under tensor
+    parallelism) weighs tokens rightly but computes other values on each replica. p's gradient cannot
+    see that: it is compared here.
+    """
+    if geometry.regions == geometry.world_size:
+        return None
+    firsts: Dict[int, RankRecord] = {}
+    for part in parts:
+        first = firsts.setdefault(geometry.region(part.rank), part)
+        if first is part:
+            continue
+        where = f"rank {part.rank} ({_coordinates(geometry, part.rank)})"
+        theirs = f"its replica rank {first.rank} ({_coordinates(geometry, first.rank)})"
+        if len(part.losses) != len(first.losses):
+            return (f"{where} recorded {len(part.losses)} loss values, {theirs} {len(first.losses)}: replicas hold "
+                    "the same tokens and compute the same losses")
+        names = set(part.loss_dtypes) | set(first.loss_dtypes) or {"float32"}
+        tolerance = 64 * max(ROUNDOFF[name] for name in names)
+        for i, (mine, reference) in enumerate(zip(part.losses, first.losses)):
+            if mine == reference:
+                continue
+            close = abs(mine - reference) <= tolerance * max(abs(mine), abs(reference))
+            if math.isfinite(mine) and math.isfinite(reference) and close:
+                continue
+            return (f"{where} computed {mine!r} for loss value {i} (in the order the step recorded them: valid "
+                    f"tokens call by call), where {theirs} computed {reference!r}: replicas hold the same tokens, so "
+                    "a correct step gives them the same losses; a loss normalized over a rank's own shard (label "
+                    "smoothing over the local vocabulary, a mean over local logits) differs between them")
+    return None
+
+
+def _coordinates(geometry: Geometry, rank: int) -> str:
+    coords = []
+    rest = rank
+    for _, size, _ in reversed(geometry.mesh):
+        coords.append(rest % size)
+        rest //= size
+    return ", ".join(f"{name} {coord}" for (name, _, _), coord in zip(geometry.mesh, reversed(coords)))
+
+
+def _replica_names(geometry: Geometry) -> str:
+    return " × ".join(name for name, _, role in geometry.mesh if role == "replica")
+
+
 def restrict(parts: Sequence[RankRecord], geometry: Geometry, site: str,
              witness: bool) -> Tuple[List[List[float]], Optional[List[List[float]]]]:
     """Every rank's copy of one probe vector, restricted to the groups used, in group order."""
-    half = geometry.slots * geometry.world_size
+    half = geometry.slots * geometry.regions
+    owners = first_replicas(parts, geometry)
     primary: List[List[float]] = []
     witnessed: List[List[float]] = []
     for part in parts:
@@ -62,7 +132,7 @@ def restrict(parts: Sequence[RankRecord], geometry: Geometry, site: str,
         chosen: List[float] = []
         chosen_witness: List[float] = []
         stray = 0.0
-        for q, other in enumerate(parts):
+        for q, other in enumerate(owners):
             start = q * geometry.slots
             chosen += vector[start:start + other.used]
             stray = max([stray] + [abs(v) for v in vector[start + other.used:start + geometry.slots]])
@@ -118,13 +188,16 @@ def unreduced(parts: Sequence[RankRecord], geometry: Geometry) -> Optional[str]:
     """Why p's gradient was evidently never combined across ranks, or None."""
     if geometry.world_size == 1:
         return None
+    if geometry.regions == 1:  # every rank a replica of one: the reduction has nothing to combine either
+        return None
     own_nonzero = False
+    owners = first_replicas(parts, geometry)
     for part in parts:
         vector = part.vectors[""]
-        for q, other in enumerate(parts):
+        for q, other in enumerate(owners):
             start = q * geometry.slots
             values = vector[start:start + other.used]
-            if q == part.rank:
+            if q == geometry.region(part.rank):
                 own_nonzero = own_nonzero or any(v != 0 for v in values)
             elif any(v != 0 for v in values):
                 return None
@@ -184,15 +257,17 @@ def document(parts: Sequence[RankRecord], geometry: Geometry, *, objective: Obje
         elif first.hook_reducer is not None:
             reducer, how = first.hook_reducer, f"the hook {hook_name}"
     if reducer is None:
-        half = geometry.slots * geometry.world_size if geometry.witness else None
+        half = geometry.slots * geometry.regions if geometry.witness else None
         local: List[float] = []
         reduced: List[float] = []
         for part in parts:
             if part.local is None:
                 continue
-            local += local_parts(part.local, part.rank, geometry.slots, part.used, half)
-            reduced += local_parts(part.vectors[""], part.rank, geometry.slots, part.used, half)
-        reducer = infer_reducer(local, reduced, len(parts))
+            region = geometry.region(part.rank)
+            local += local_parts(part.local, region, geometry.slots, part.used, half)
+            reduced += local_parts(part.vectors[""], region, geometry.slots, part.used, half)
+        # The reduction combines the regions: replicas add the same values, which a mean divides out again.
+        reducer = infer_reducer(local, reduced, geometry.regions)
         how = "inferred from the local and reduced gradients of p"
         if reducer is None:
             combined = f"the communication hook {hook_name}" if hook_name else "the step"

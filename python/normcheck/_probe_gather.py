@@ -20,7 +20,7 @@ from torch import nn
 
 from . import _probe_capture as capture
 from . import dump, picture
-from ._probe_document import document
+from ._probe_document import document, replica_losses
 from ._probe_report import framed
 from ._probe_record import Geometry, ProbeError, RankRecord
 from .check import NormcheckError, Verdict, run_check
@@ -131,6 +131,7 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
             hook_dtype=hook_dtype,
             reducer=reducer,
             reduction_dtype=reduction_dtype,
+            losses=tuple(torch.cat(probe._replica_losses).tolist()) if probe._replica_losses else (),
         )
     except ProbeError as e:
         return RankRecord(rank=probe.rank, error=str(e))
@@ -161,9 +162,14 @@ def output_path(directory: Optional[str], path: Optional[str], temporary: bool =
     return os.path.join(folder, f"probe-{os.getpid()}-{next(_files):03d}.json"), made
 
 
-def _judged(probe: "Probe", target: str, parts: List[Any], framework: Optional[Framework], kept: bool) -> Verdict:
-    """Runs normcheck on the written dump; a failing verdict's picture goes beside it when the files are kept."""
+def _judged(probe: "Probe", target: str, parts: List[Any], geometry: Geometry, framework: Optional[Framework],
+            kept: bool) -> Verdict:
+    """Runs normcheck on the written dump, and compares the replicas' losses (``replica_losses``); a failing
+    verdict's picture goes beside it when the files are kept."""
     verdict = run_check(target, executable=probe.executable, require_gate=True)[0].with_notes(parts[0].notes)
+    disagreement = replica_losses(parts, geometry)
+    if disagreement is not None:
+        verdict = verdict.with_failed_check("replica_losses", disagreement)
     picture_path = None
     if kept and not verdict.passed and picture.has_picture(verdict.report):
         picture_path = picture.write_picture(verdict.report, os.path.splitext(target)[0] + ".svg")
@@ -205,7 +211,8 @@ def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler:
                             description=description or probe.description, origin=origin, backend=str(backend))
             target, temporary = output_path(probe.directory, path, temporary=judge)
             dump.write(target, made)
-            outcome = _judged(probe, target, parts, framework, temporary is None or probe.keep) if judge else target
+            outcome = (_judged(probe, target, parts, geometry, framework, temporary is None or probe.keep) if judge
+                       else target)
         except (ProbeError, NormcheckError) as e:
             outcome = e
         except Exception as e:  # anything else: every rank must still hear of it

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 from .errors import Error
 from .options import FloatDtype, Reducer
 
-__all__ = ["ProbeError", "Geometry", "RankRecord", "WireNumber", "DividedBy"]
+__all__ = ["ProbeError", "Geometry", "RankRecord", "WireNumber", "DividedBy", "regions_of", "region_of"]
 
 WireNumber = Union[int, str]
 """An exact number as normcheck/1 writes it (``dump.literal``)."""
@@ -27,9 +27,41 @@ class ProbeError(RuntimeError, Error):
     """The probe was used in a way that makes p.grad mean something else than the step's weights."""
 
 
+def regions_of(mesh: Tuple[Tuple[str, int, str], ...], world_size: int) -> int:
+    """How many ranks write components of their own: all of them, but one per replica group on a mesh
+    with ``replica`` dimensions (replicas hold the same tokens and write the same components)."""
+    if not mesh:
+        return world_size
+    count = 1
+    for _, size, role in mesh:
+        if role != "replica":
+            count *= size
+    return count
+
+
+def region_of(mesh: Tuple[Tuple[str, int, str], ...], rank: int) -> int:
+    """The components ``rank`` writes: its index among the mesh's ranks with every replica coordinate
+    0 (row-major over the other dimensions); ``rank`` itself without replica dimensions."""
+    if not any(role == "replica" for _, _, role in mesh):
+        return rank
+    coords = []
+    rest = rank
+    for _, size, _ in reversed(mesh):
+        coords.append(rest % size)
+        rest //= size
+    index = 0
+    for (_, size, role), coord in zip(mesh, reversed(coords)):
+        if role != "replica":
+            index = index * size + coord
+    return index
+
+
 @dataclass(frozen=True)
 class Geometry:
-    """Where p's components are: ``slots`` per rank for ``world_size`` ranks, as many again for the witness."""
+    """Where p's components are: ``slots`` per region for ``regions`` regions, as many again for the witness.
+
+    A region is the part of p one rank writes; on a mesh with replica dimensions the replicas of a
+    group share one (``region``), else every rank has its own."""
 
     slots: int
     world_size: int
@@ -40,9 +72,18 @@ class Geometry:
     """The device mesh's dimensions as (name, size, role), ranks row-major; empty without a mesh."""
 
     @property
+    def regions(self) -> int:
+        """The ranks that write components of their own (``regions_of``)."""
+        return regions_of(self.mesh, self.world_size)
+
+    def region(self, rank: int) -> int:
+        """The region ``rank`` writes (``region_of``)."""
+        return region_of(self.mesh, rank)
+
+    @property
     def components(self) -> int:
         """The length of every probe vector."""
-        return self.slots * self.world_size * (2 if self.witness else 1)
+        return self.slots * self.regions * (2 if self.witness else 1)
 
 
 @dataclass(frozen=True)
@@ -86,3 +127,6 @@ class RankRecord:
     """The reducer ``check()`` was given."""
     reduction_dtype: Optional[FloatDtype] = None
     """The reduction dtype ``check()`` was given."""
+    losses: Tuple[float, ...] = ()
+    """On a mesh with replica dimensions: every loss value the step recorded, in call order (a call's
+    valid tokens' losses, or its reduced loss), compared with the first replica's."""

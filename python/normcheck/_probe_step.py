@@ -290,17 +290,18 @@ def _rows_index(rows: int, length: int, device: torch.device) -> torch.Tensor:
 class Components:
     """Hands out slots and builds, for one loss call, each position's component index and witness value."""
 
-    def __init__(self, slots: int, rank: int, world_size: int, option: str = "slots") -> None:
+    def __init__(self, slots: int, region: int, regions: int, option: str = "slots") -> None:
         self.slots = slots
-        self.rank = rank
-        self.world_size = world_size
+        self.region = region
+        """The region of p this rank writes (its rank, or its first replica's index on a replica mesh)."""
+        self.regions = regions
         self.option = option
         self.used = 0
 
     @property
     def half(self) -> int:
-        """Offset of the witness components: W·slots."""
-        return self.slots * self.world_size
+        """Offset of the witness components: regions·slots (W·slots without replicas)."""
+        return self.slots * self.regions
 
     def allocate(self) -> int:
         """The next free slot on this rank; StepError when there is none."""
@@ -399,10 +400,10 @@ class Components:
         batch.calls.append((index, valid, weights))
         batch._counted = None
         if cache_key is not None:  # the layout of the vector is part of the key: probes differ in it
-            cache_key += (self.rank, self.slots, self.world_size, witness, str(device))
+            cache_key += (self.region, self.slots, self.regions, witness, str(device))
         components = _components.get(cache_key) if cache_key is not None else None
         if components is None:
-            base = self.rank * self.slots
+            base = self.region * self.slots
             if isinstance(index, int):
                 primary = torch.full((count,), base + batch.slots[index], dtype=torch.int64, device=device)
             else:

@@ -215,6 +215,15 @@ class Verdict:
         message = self.message + "".join(f"\n  note: {n}" for n in added)
         return replace(self, notes=self.notes + added, message=message)
 
+    def with_failed_check(self, name: str, detail: str) -> "Verdict":
+        """This verdict failed by one more check, ``name``, found outside the gate (``detail`` says what)."""
+        lines = self.message.split("\n")
+        for heading in ("the gate passed on", "the gate was INCONCLUSIVE on"):
+            lines[0] = lines[0].replace(heading, "the gate FAILED on")
+        lines.insert(1, f"  check {name} failed: {detail}")
+        return replace(self, status="fail", verdict="fail", failed_checks=self.failed_checks + (name,),
+                       message="\n".join(lines))
+
     def raise_for_failure(self) -> None:
         """Raises ``NormcheckFailure`` with the diagnosis unless the gate passed."""
         if not self.passed:
@@ -360,6 +369,10 @@ def describe(report: Dict[str, Any]) -> str:
              f"N = {report.get('valid_tokens')}")
     if report.get("objective") and report.get("objective") != "token_mean":
         shape += f", objective {report.get('objective')}"
+    if report.get("mesh"):
+        shape += ", mesh " + " × ".join(f"{d.get('name')} {d.get('size')}" + ("" if d.get("role") == "data" else
+                                                                           f" ({d.get('role')})")
+                                        for d in report["mesh"])
     lines = [f"normcheck: the gate {heading} on {name} ({shape})"]
     if gate.get("in_words"):
         lines.append(f"  {gate['in_words']}, bound {gate.get('bound')}")

@@ -38,7 +38,7 @@ from . import _probe_routes as routes
 from . import dump
 from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, install, keep_out_of_checkpoints,
                              own_bucket_dtype, register_inputs_hook, route)
-from ._probe_record import DividedBy, ProbeError
+from ._probe_record import DividedBy, ProbeError, region_of, regions_of
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import Verdict
 from .collectives import record_collectives
@@ -134,9 +134,10 @@ class Probe:
         pass their own. ``mesh``: the ``DeviceMesh`` the step runs on (``init_device_mesh``, every dimension
         named, ranks numbered row-major over the whole world); ``sequence_dims`` names its context-parallel
         dimensions, whose ranks hold slices of the same sequences (give each token's position in its whole
-        sequence to ``add(..., positions=)``), ``replica_dims`` those whose ranks hold the same tokens; every
-        other dimension is a data dimension. The dump then carries the mesh, and normcheck names a count
-        reduced over the wrong dimensions in its terms.
+        sequence to ``add(..., positions=)``), ``replica_dims`` those whose ranks hold the same tokens (tensor
+        parallelism: the replicas share one region of p, and their loss values are compared when the step
+        is judged, check ``replica_losses``); every other dimension is a data dimension. The dump then
+        carries the mesh, and normcheck names a count reduced over the wrong dimensions in its terms.
         """
         mesh_dims = self._mesh_dims(mesh, tuple(sequence_dims), tuple(replica_dims))
         if mesh_dims and world_size is None:
@@ -178,7 +179,11 @@ class Probe:
         self.framework = framework
         self.mesh_dims: Tuple[Tuple[str, int, str], ...] = mesh_dims
         """The mesh's dimensions as (name, size, role), role data, sequence or replica; empty without a mesh."""
-        self.components = slots * world_size * (2 if witness else 1)
+        self.regions = regions_of(mesh_dims, world_size)
+        """The ranks that write components of p of their own: one per replica group (all ranks without replicas)."""
+        self.region = region_of(mesh_dims, rank)
+        """The region of p this rank writes: its first replica's index among the regions."""
+        self.components = slots * self.regions * (2 if witness else 1)
         self._holders: List[Holder] = install(module, sites, name, self.components, dtype)
         self.parameter = self._holders[0].parameter
         """p on the probed module itself (its components are laid out as the class docstring says)."""
@@ -224,10 +229,6 @@ class Probe:
         dims = []
         for name, size in zip(names, layout_of.shape):
             role = "sequence" if name in sequence_dims else "replica" if name in replica_dims else "data"
-            if role == "replica" and int(size) > 1:
-                raise ProbeError(f"replica dimension {name!r}: the probe does not measure replicas yet (a dump "
-                                 "that lists them is judged: format.md, Replicas); probe one replica group, a mesh "
-                                 "without it")
             dims.append((name, int(size), role))
         return tuple(dims)
 
@@ -293,7 +294,7 @@ class Probe:
         self._probed: Dict[int, Any] = {}
         self._microbatches: List[Microbatch] = []
         self._marked = False
-        self._allocator = Components(self.slots, self.rank, self.world_size)
+        self._allocator = Components(self.slots, self.region, self.regions)
         self._local: Optional[torch.Tensor] = None  # this rank's own gradient of p, summed over its backwards
         self._captured: Dict[str, torch.Tensor] = {}
         self._spans: Dict[str, Tuple[int, int]] = {}  # under FSDP2: the components of each site this rank holds
@@ -306,6 +307,9 @@ class Probe:
         self._queued = False
         self._pending = False  # a backward reached p since the last capture
         self._loss_dtypes: Set[torch.dtype] = set()
+        # On a mesh with replica dimensions: the values of every loss call (its valid tokens' losses, or the
+        # reduced loss), in call order, compared between replicas when the step is judged.
+        self._replica_losses: List[torch.Tensor] = []
         self._divided_by: Optional[DividedBy] = None
         self._inputs: Optional[Tuple[Sequence[Any], Dict[str, Any]]] = None
         self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
@@ -556,8 +560,13 @@ class Probe:
         return None, "none"
 
     def _record(self, valid: torch.Tensor, weights: Optional[torch.Tensor], target: torch.Tensor,
-                explicit: Optional[torch.Tensor], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor, bool]:
-        """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record)."""
+                explicit: Optional[torch.Tensor], dtype: torch.dtype,
+                values: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+        """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record).
+
+        ``values``: the call's loss values to compare between replicas (kept only on a replica mesh)."""
+        if values is not None and self.regions < self.world_size:
+            self._replica_losses.append(values.detach().reshape(-1).to("cpu", torch.float64))
         if not self._marked:
             self._microbatches.append(Microbatch())
         elif not self._microbatches:
@@ -651,7 +660,7 @@ class Probe:
             token_weights = torch.where(valid, weights.to(torch.float64), torch.zeros((), dtype=torch.float64,
                                                                                        device=weights.device))
         components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
-                                                         per_token_loss.dtype)
+                                                         per_token_loss.dtype, per_token_loss[valid])
         if positions is not None:
             batch = self._microbatches[-1]
             batch.positions[len(batch.calls) - 1] = positions.detach().reshape(-1).to("cpu", torch.int64)
@@ -697,7 +706,8 @@ class Probe:
                                         torch.zeros((), dtype=torch.float64, device=weight.device))
         if reduction not in ("none", "sum", "mean"):
             raise ProbeError(f"unknown reduction {reduction!r}")
-        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype)
+        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype,
+                                                         loss[valid] if reduction == "none" else loss)
         if reduction == "none":
             term = self._per_position(components, magnitudes, witnessed)
             probed = loss + term.to(device=loss.device, dtype=loss.dtype).view(loss.shape)

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from normcheck import dump, run_check
-from normcheck._probe_document import assemble, document, infer_reducer, unreduced
+from normcheck._probe_document import assemble, document, infer_reducer, replica_losses, unreduced
 from normcheck._probe_record import Geometry, ProbeError, RankRecord
 
 TWO = Geometry(slots=2, world_size=2, witness=False)  # components: rank 0's slots 0-1, rank 1's 2-3
@@ -85,6 +85,76 @@ def test_a_gradient_each_rank_kept_to_itself_was_never_reduced():
         made(own)
     assert unreduced(global_mean(), TWO) is None
     assert unreduced(own, Geometry(2, 1, False)) is None  # one rank: nothing to combine
+
+
+DP2_TP2 = Geometry(slots=2, world_size=4, witness=False, mesh=(("dp", 2, "data"), ("tp", 2, "replica")))
+
+
+def replicated(counts=(2, 3), vector=None):
+    """dp 2 × tp 2: ranks 2·dp + tp, each tp pair holding data group dp's tokens and writing its region."""
+    total = sum(counts)
+    vector = vector or [-counts[0] / total, 0.0, -counts[1] / total, 0.0]
+    return [record(r, vector, counts=(counts[r // 2],)) for r in range(4)]
+
+
+def test_replicas_share_a_region_and_every_rank_is_listed_with_its_coordinates(tmp_path, executable):
+    assert DP2_TP2.regions == 2 and [DP2_TP2.region(r) for r in range(4)] == [0, 0, 1, 1]
+    assert DP2_TP2.components == 4
+    written = made(replicated(), DP2_TP2)
+    assert [rank["coords"] for rank in written["ranks"]] == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    assert written["observed"]["per_rank"] == [[(-0.4).hex(), (-0.6).hex()]] * 4
+    path = str(tmp_path / "replicas.json")
+    dump.write(path, written)
+    verdict = run_check(path, executable=executable)[0]
+    assert verdict.passed, verdict.message
+    # Counted over tp as well: every weight halved, named in the mesh's terms.
+    halved = made(replicated(vector=[-0.2, 0.0, -0.3, 0.0]), DP2_TP2)
+    dump.write(path, halved)
+    verdict = run_check(path, executable=executable)[0]
+    assert not verdict.passed and "count_with_replicas" in verdict.diagnosis, verdict.message
+
+
+def test_a_replica_that_recorded_other_groups_than_its_first_is_refused():
+    records = replicated()
+    records[3] = replace(records[3], used=2, microbatches=(group(1), group(2)), valid=(1, 2), sequences=(False,) * 2)
+    with pytest.raises(ProbeError, match=r"rank 3 recorded 2 groups, but rank 2, a replica of it \(the same "
+                                         r"coordinates but along tp\), recorded 1"):
+        made(records, DP2_TP2)
+
+
+def test_replicas_losses_are_compared_within_the_loss_dtype_s_roundoff():
+    def with_losses(*losses):
+        return [replace(part, losses=tuple(values), loss_dtypes=("float32",))
+                for part, values in zip(replicated(), losses)]
+
+    same = (2.5, 0.75, 1.0)
+    assert replica_losses(with_losses(same, same, (1.0,), (1.0,)), DP2_TP2) is None
+    nearly = (2.5 * (1 + 2.0 ** -20), 0.75, 1.0)  # 16 units of float32 roundoff: the same loss
+    assert replica_losses(with_losses(same, nearly, (1.0,), (1.0,)), DP2_TP2) is None
+    off = (2.5, 0.75 * (1 + 2.0 ** -12), 1.0)  # 4096 units: another loss
+    found = replica_losses(with_losses(same, same, (1.0,), (1.0, 0.5)), DP2_TP2)
+    assert found.startswith("rank 3 (dp 1, tp 1) recorded 2 loss values, its replica rank 2 (dp 1, tp 0) 1")
+    found = replica_losses(with_losses(same, off, (1.0,), (1.0,)), DP2_TP2)
+    assert found.startswith("rank 1 (dp 0, tp 1) computed 0.75018310546875 for loss value 1"), found
+    assert replica_losses(with_losses(same, (2.5, float("nan"), 1.0), (1.0,), (1.0,)), DP2_TP2) is not None
+    assert replica_losses(global_mean(), TWO) is None  # no replicas: nothing to compare
+
+
+def test_a_check_failed_outside_the_gate_fails_a_passing_verdict(tmp_path, executable):
+    path = str(tmp_path / "replicas.json")
+    dump.write(path, made(replicated(), DP2_TP2))
+    passing = run_check(path, executable=executable)[0]
+    failed = passing.with_failed_check("replica_losses", "rank 1 computed 2 where rank 0 computed 1")
+    assert passing.passed and not failed.passed and failed.failed_checks == ("replica_losses",)
+    assert failed.message.startswith("normcheck: the gate FAILED on")
+    assert failed.message.split("\n")[1] == "  check replica_losses failed: rank 1 computed 2 where rank 0 computed 1"
+
+
+def test_under_replicas_a_region_is_reduced_when_another_region_reaches_a_rank():
+    own = [record(r, [-0.4, 0.0, 0.0, 0.0] if r < 2 else [0.0, 0.0, -0.6, 0.0], counts=((2, 3)[r // 2],))
+           for r in range(4)]
+    assert unreduced(own, DP2_TP2).startswith("nothing combined")
+    assert unreduced(replicated(), DP2_TP2) is None
 
 
 def test_gradient_in_a_component_no_group_was_given_is_refused():

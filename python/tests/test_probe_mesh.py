@@ -23,6 +23,7 @@ init_device_mesh = pytest.importorskip("torch.distributed.device_mesh").init_dev
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import mesh_step  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
 
 VOCAB, WIDTH, LENGTH, ROWS, CP = 11, 6, 8, 2, 2
@@ -89,19 +90,7 @@ def one_step(loop, mesh, probe_factory):
             return local_sum * dist.get_world_size() / count
         return local_sum / count
 
-    if probe:
-        with probe.step(wrap=False):
-            loss = loss_of()
-            loss.backward()
-        verdict = probe.judge(ddp)
-    else:
-        loss = loss_of()
-        loss.backward()
-        verdict = None
-    gradients = [p.grad.clone() for p in model.parameters() if not (probe and probe.is_probe(p))]
-    optimizer.step()
-    parameters = [p.detach().clone() for p in model.parameters() if not (probe and probe.is_probe(p))]
-    return loss.detach().clone(), gradients, parameters, verdict
+    return mesh_step.step(loss_of, model, probe, ddp, optimizer)
 
 
 def every_loop(rank, world_size, probe):
@@ -110,9 +99,8 @@ def every_loop(rank, world_size, probe):
     for loop in LOOPS:
         plain = one_step(loop, mesh, None)
         probed = one_step(loop, mesh, probe)
-        same = all(torch.equal(a, b) for a, b in zip(plain[1] + plain[2], probed[1] + probed[2]))
         verdict = probed[3]
-        out[loop] = {"bitwise": bool(torch.equal(plain[0], probed[0]) and same),
+        out[loop] = {"bitwise": mesh_step.unchanged(plain, probed),
                      "verdict": verdict.verdict, "explanations": verdict.explanations,
                      "message": verdict.message if rank == 0 else ""}
     return out
@@ -141,6 +129,7 @@ def test_the_probed_step_is_bitwise_the_unprobed_one(loop):
 def test_the_gate_names_the_count_in_the_mesh_s_terms(loop, verdict, explanations):
     first = ranks()[0][loop]
     assert (first["verdict"], first["explanations"]) == (verdict, explanations), first["message"]
+    assert first["message"].split("\n")[0].endswith(", mesh dp 2 × cp 2 (sequence))"), first["message"]
     if loop == "count_over_dp":
         assert "reduced over dp only, not over dp × cp" in first["message"]
         assert "rank 1 (dp 0, cp 1)" in first["message"]
@@ -164,14 +153,21 @@ def test_a_mesh_is_checked_when_the_probe_is_built():
         Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("sp",), rank=0)
     with pytest.raises(ProbeError, match="row-major"):
         Probe(PerToken(), mesh=FakeMesh(row_major.t(), ("dp", "cp")), sequence_dims=("cp",), rank=0)
-    with pytest.raises(ProbeError, match="does not measure replicas yet"):
-        Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "tp")), replica_dims=("tp",), rank=0)
+    with pytest.raises(ProbeError, match="cannot hold both"):
+        Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("cp",), replica_dims=("cp",), rank=0)
     with pytest.raises(ProbeError, match="not the world's 2"):
         Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("cp",), world_size=2, rank=0)
     with pytest.raises(ProbeError, match="pass mesh="):
         Probe(PerToken(), sequence_dims=("cp",))
     probe = Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "cp")), sequence_dims=("cp",), rank=1)
     assert probe.world_size == 4 and probe.mesh_dims == (("dp", 2, "data"), ("cp", 2, "sequence"))
+    # Replicas share one region of p: rank 3 (dp 1, tp 1) writes the components of rank 2 (dp 1, tp 0).
+    replicated = Probe(PerToken(), mesh=FakeMesh(row_major, ("dp", "tp")), replica_dims=("tp",), rank=3, slots=5)
+    assert (replicated.world_size, replicated.regions, replicated.region) == (4, 2, 1)
+    assert replicated.components == 5 * 2 * 2  # slots × regions, twice for the witness
+    inner = Probe(PerToken(), mesh=FakeMesh(torch.arange(8).view(2, 2, 2), ("dp", "tp", "cp")), replica_dims=("tp",),
+                  sequence_dims=("cp",), rank=5)  # coordinates (1, 0, 1): region (dp 1, cp 1) of four
+    assert (inner.regions, inner.region) == (4, 3)
 
 
 def test_positions_need_sequence_dimensions_and_terms_are_refused():

@@ -23,6 +23,17 @@ void write_report_json(json_writer& json, const file_report& report) {
     const bool sequences = update.has_sequences();
     if (sequences) json.member("sequences", update.sequence_count()).member("groups", update.group_count());
     if (update.objective == objective_kind::constant) json.member("normalizer", update.normalizer);
+    // The device mesh where the file declares one; the ranks below are then its first replicas.
+    if (!update.mesh.empty()) {
+      json.key("mesh").begin_array();
+      for (const mesh_dim& dim : update.mesh)
+        json.begin_object()
+            .member("name", json_name{dim.name})
+            .member("size", dim.size)
+            .member("role", mesh_role_name(dim.role))
+            .end_object();
+      json.end_array();
+    }
     json.key("ranks").begin_array();
     for (std::size_t r = 0; r < update.ranks.size(); ++r) {
       const rank_stats& rank = update.ranks[r];
