@@ -564,9 +564,13 @@ class Probe:
                 values: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, bool]:
         """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record).
 
-        ``values``: the call's loss values to compare between replicas (kept only on a replica mesh)."""
+        ``values``: the call's loss, per token (shaped like ``valid``: its valid tokens are kept) or reduced,
+        compared between replicas; kept only on a replica mesh, so no other step pays for it."""
         if values is not None and self.regions < self.world_size:
-            self._replica_losses.append(values.detach().reshape(-1).to("cpu", torch.float64))
+            kept = values.detach()
+            if kept.shape == valid.shape:
+                kept = kept[valid.to(kept.device)]
+            self._replica_losses.append(kept.reshape(-1).to("cpu", torch.float64))
         if not self._marked:
             self._microbatches.append(Microbatch())
         elif not self._microbatches:
@@ -660,7 +664,7 @@ class Probe:
             token_weights = torch.where(valid, weights.to(torch.float64), torch.zeros((), dtype=torch.float64,
                                                                                        device=weights.device))
         components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
-                                                         per_token_loss.dtype, per_token_loss[valid])
+                                                         per_token_loss.dtype, per_token_loss)
         if positions is not None:
             batch = self._microbatches[-1]
             batch.positions[len(batch.calls) - 1] = positions.detach().reshape(-1).to("cpu", torch.int64)
@@ -706,8 +710,7 @@ class Probe:
                                         torch.zeros((), dtype=torch.float64, device=weight.device))
         if reduction not in ("none", "sum", "mean"):
             raise ProbeError(f"unknown reduction {reduction!r}")
-        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype,
-                                                         loss[valid] if reduction == "none" else loss)
+        components, magnitudes, witnessed = self._record(valid, token_weights, target, None, loss.dtype, loss)
         if reduction == "none":
             term = self._per_position(components, magnitudes, witnessed)
             probed = loss + term.to(device=loss.device, dtype=loss.dtype).view(loss.shape)
