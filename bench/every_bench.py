@@ -6,7 +6,7 @@ run without it.
 
 One launch of W = 2 ranks (gloo on loopback), under the interpreter that runs this script. Each rank
 runs the whole run ``repeats`` times without the probe and ``repeats`` times with it, interleaved
-(plain, probed, probed, plain, …), each run between two barriers: python/tests/tiny_lm.py's model under
+(plain, probed, probed, plain, …), each run between two barriers: tests/python/tiny_lm.py's model under
 DDP, ``steps`` optimizer steps of G = 2 microbatches (no_sync on the first, the loss sum times W over
 the update's tokens), clipping, AdamW. The probed run is the probe on the model, steps 0, K, 2K, …
 inside ``probe.step()`` and judged (``probe.judge``: gather, dump, ``normcheck check``), every other
@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

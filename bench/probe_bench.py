@@ -4,7 +4,7 @@
 
 Two launches of W = 2 ranks (gloo on loopback), under the interpreter that runs this script:
 
-1. Overhead. Each rank holds two copies of python/tests/tiny_lm.py's model, one with the probe and
+1. Overhead. Each rank holds two copies of tests/python/tiny_lm.py's model, one with the probe and
    one without, and runs their training steps interleaved (plain, probed, probed, plain, …), each
    between two barriers: G microbatches of forward and backward (no_sync on all but the last, the
    loss sum divided by the update's token count times W), clipping, AdamW. Variants: G = 1 and 2,
@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

@@ -272,7 +272,7 @@ def check_sdist(path):
                    "PKG-INFO", "LICENSE"):
         if needed not in names:
             raise Failure(f"the sdist {path} lacks {needed}")
-    unwanted = [n for n in names if n.startswith(("tests/", "build", "bench/", "python/tests/", ".ci/"))
+    unwanted = [n for n in names if n.startswith(("tests/", "build", "bench/", ".ci/"))
                 or "__pycache__" in n or n.endswith(".egg-info")]
     if unwanted:
         raise Failure(f"the sdist {path} holds {unwanted[:10]}")

@@ -9,7 +9,12 @@ CTest runner reports as a failure, never as a pass.
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import sys
 from typing import List
+
+# The helpers these tests share with the package's own suites (invisible.py) live in tests/python.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
 
 def _legacy_transformers() -> bool:

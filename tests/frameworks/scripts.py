@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, List, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE = os.path.dirname(os.path.dirname(HERE))  # python/: the normcheck package
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")  # the normcheck package
 
 
 def run_ranks(script: str, folder: str, world_size: int, *, timeout: float = 300.0,

@@ -1,4 +1,5 @@
-"""Shared set-up of the package's tests: the plugin, the executable, and which interpreter runs them."""
+"""Shared set-up of every pytest suite under tests/ (tests/python, tests/frameworks): the plugin, the executable,
+and which interpreter runs them."""
 
 import os
 import shutil

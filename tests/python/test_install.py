@@ -14,8 +14,8 @@ import sys
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE = os.path.dirname(HERE)
-TOP = os.path.dirname(PACKAGE)
+TOP = os.path.dirname(os.path.dirname(HERE))
+PACKAGE = os.path.join(TOP, "python")
 
 
 def run(command, **options):
