@@ -11,9 +11,18 @@ rank's loss sum by a count and DDP averages over all four ranks:
 - ``own_count``: each rank's own slices' count: named ``local_mean`` (and ``sum_of_microbatch_means``,
   the same weights when a rank holds one microbatch).
 
+The same loops run again with the model sharded by FSDP2 instead of DDP, on the same 2-D mesh, as
+context-parallel trainers shard it: ``fsdp``, sharded over dp × cp flattened into one dimension (every
+rank holds a quarter of each parameter); ``hsdp``, the mesh itself (replicated over dp, sharded over cp).
+The probe reads its shards of p.grad and rank 0 puts them together; the verdicts are DDP's.
+
 Every probed step's loss, gradients and SGD update are bitwise the unprobed step's. Needs DeviceMesh
 (torch 2.x): registered on the virtual environment's torch only.
 """
+
+import json
+import os
+import shutil
 
 import pytest
 
@@ -28,6 +37,7 @@ from normcheck.launch import launch  # noqa: E402
 
 VOCAB, WIDTH, LENGTH, ROWS, CP = 11, 6, 8, 2, 2
 LOOPS = ("correct", "count_over_dp", "own_count")
+WRAPS = ("ddp", "fsdp", "hsdp")
 
 
 def whole_batch(dp):
@@ -62,12 +72,28 @@ class PerToken(torch.nn.Module):
         return self.head(torch.tanh(self.embed(tokens)))
 
 
-def one_step(loop, mesh, probe_factory):
-    """One DDP step of `loop` on this rank; (loss, gradients, parameters after SGD, verdict or None)."""
+def wrapped(model, wrap, mesh):
+    """The model as `wrap` trains it: DDP over every rank, or FSDP2 over dp × cp flattened, or HSDP on the mesh."""
+    if wrap == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(model)
+    from torch.distributed.fsdp import fully_shard
+
+    shards = mesh["dp", "cp"]._flatten("dp_cp") if wrap == "fsdp" else mesh
+    for child in (model.embed, model.head):
+        fully_shard(child, mesh=shards)
+    return fully_shard(model, mesh=shards)
+
+
+def one_step(loop, mesh, probe_factory, wrap="ddp"):
+    """One step of `loop` on this rank; (loss, gradients, parameters after SGD, verdict or None)."""
     torch.manual_seed(0)
     model = PerToken()
-    probe = probe_factory(model, mesh=mesh, sequence_dims=("cp",)) if probe_factory else None
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    # FSDP2 wants one dtype per parameter group: p takes the model's (on four ranks the probe's default is the
+    # other float dtype, which gives p a DDP bucket of its own).
+    options = {} if wrap == "ddp" else {"dtype": torch.float32}
+    options["keep"] = True  # the dump is read back (for how p was read), then removed with its folder
+    probe = probe_factory(model, mesh=mesh, sequence_dims=("cp",), **options) if probe_factory else None
+    ddp = wrapped(model, wrap, mesh)
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
     tokens, labels = whole_batch(dp)
@@ -96,13 +122,19 @@ def one_step(loop, mesh, probe_factory):
 def every_loop(rank, world_size, probe):
     mesh = init_device_mesh("cpu", (2, CP), mesh_dim_names=("dp", "cp"))
     out = {}
-    for loop in LOOPS:
-        plain = one_step(loop, mesh, None)
-        probed = one_step(loop, mesh, probe)
-        verdict = probed[3]
-        out[loop] = {"bitwise": mesh_step.unchanged(plain, probed),
-                     "verdict": verdict.verdict, "explanations": verdict.explanations,
-                     "message": verdict.message if rank == 0 else ""}
+    for wrap in WRAPS:
+        for loop in LOOPS:
+            plain = one_step(loop, mesh, None, wrap)
+            probed = one_step(loop, mesh, probe, wrap)
+            verdict = probed[3]
+            sharded = None
+            if rank == 0:  # rank 0 writes the dump
+                with open(verdict.file, encoding="utf-8") as f:
+                    sharded = "p sharded by FSDP2" in json.load(f).get("description", "")
+                shutil.rmtree(os.path.dirname(verdict.file), ignore_errors=True)
+            out[wrap, loop] = {"bitwise": mesh_step.unchanged(plain, probed), "sharded": sharded,
+                               "verdict": verdict.verdict, "explanations": verdict.explanations,
+                               "message": verdict.message if rank == 0 else ""}
     return out
 
 
@@ -115,9 +147,10 @@ def ranks():
     return _ranks["values"]
 
 
+@pytest.mark.parametrize("wrap", WRAPS)
 @pytest.mark.parametrize("loop", LOOPS)
-def test_the_probed_step_is_bitwise_the_unprobed_one(loop):
-    assert all(values[loop]["bitwise"] for values in ranks())
+def test_the_probed_step_is_bitwise_the_unprobed_one(loop, wrap):
+    assert all(values[wrap, loop]["bitwise"] for values in ranks())
 
 
 @pytest.mark.parametrize("loop, verdict, explanations", [
@@ -126,8 +159,10 @@ def test_the_probed_step_is_bitwise_the_unprobed_one(loop):
     # One microbatch per rank: a microbatch's own mean is the rank's, told apart only by accumulating.
     ("own_count", "fail", ("local_mean", "sum_of_microbatch_means")),
 ])
-def test_the_gate_names_the_count_in_the_mesh_s_terms(loop, verdict, explanations):
-    first = ranks()[0][loop]
+@pytest.mark.parametrize("wrap", WRAPS)
+def test_the_gate_names_the_count_in_the_mesh_s_terms(loop, verdict, explanations, wrap):
+    first = ranks()[0][wrap, loop]
+    assert first["sharded"] == (wrap != "ddp"), "the dump says whether p was read from FSDP2's shards"
     assert (first["verdict"], first["explanations"]) == (verdict, explanations), first["message"]
     assert first["message"].split("\n")[0].endswith(", mesh dp 2 × cp 2 (sequence))"), first["message"]
     if loop == "count_over_dp":
