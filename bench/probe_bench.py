@@ -1,8 +1,10 @@
 """What the per-group probe costs: a probed training step against the same step without it, and one check.
 
-    NORMCHECK=build/normcheck python3 bench/probe_bench.py [--rounds 60] [--output bench/PROBE_RESULTS.md]
+    NORMCHECK=build/normcheck python3 bench/probe_bench.py [--rounds 60] [--world-sizes 2,4]
+                                                          [--output bench/PROBE_RESULTS.md]
 
-Two launches of W = 2 ranks (gloo on loopback), under the interpreter that runs this script:
+Two launches for each world size W (2 and 4 by default; gloo on loopback), under the interpreter that
+runs this script:
 
 1. Overhead. Each rank holds two copies of tests/python/tiny_lm.py's model, one with the probe and
    one without, and runs their training steps interleaved (plain, probed, probed, plain, …), each
@@ -12,12 +14,14 @@ Two launches of W = 2 ranks (gloo on loopback), under the interpreter that runs 
    1.13) or added with probe.add, sites or none. The table gives the median step time of each and
    their ratio (probed / plain, from the interleaved rounds), the per-step check excluded, in wall
    time and in CPU time of the rank's process (which waiting for a core on a loaded machine leaves out).
-2. Check. Each rank records 500 000 valid tokens (10⁶ in the update) through probe.add, as 500
-   sequences of 1 000 tokens with padding, or as 8 microbatches without sequences; one backward; then
+2. Check. The update holds 10⁶ valid tokens, 10⁶/W per rank, recorded through probe.add as sequences of
+   1 000 tokens with padding, or as 8 microbatches without sequences; one backward; then
    ``probe.judge()`` is timed: gather to rank 0, the dump, ``normcheck check``, the verdict sent back.
    The table gives that time (median of a few), the dump's size, and the recording's time.
 
-Wall times on a shared machine include waiting for a core; the ratios come from interleaved runs.
+Wall times on a shared machine include waiting for a core, and W = 4 puts four processes on a machine
+of two cores: its wall times include waiting at every barrier and collective, so its CPU ratios are the
+figures to read. The ratios come from interleaved runs.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import contextlib
 import datetime
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -50,7 +55,9 @@ import tiny_lm  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
 
 VARIANTS = [(g, patched, sites) for g in (1, 2) for patched in (True, False) for sites in ("children", None)]
-LENGTHS = [[[6, 4, 5, 3], [5, 6, 2, 6]], [[3, 2, 6, 4], [4, 2, 5, 5]]]
+LENGTHS = [[[6, 4, 5, 3], [5, 6, 2, 6]], [[3, 2, 6, 4], [4, 2, 5, 5]], [[5, 5, 2, 3], [6, 3, 4, 2]],
+           [[2, 6, 6, 4], [3, 5, 4, 6]]]
+"""Each rank's rows per microbatch (valid lengths): uneven counts on every rank, for up to four ranks."""
 
 
 def training_step(ddp, optimizer, parameters, batches, total, world_size, probe, patched):
@@ -127,25 +134,26 @@ class Tokens(torch.nn.Module):
 def check_cost(rank, world_size, probe_factory, repeats):
     torch.set_num_threads(1)
     results = {}
-    per_rank = 500_000
+    per_rank = 1_000_000 // world_size
     for shape in ("sequences", "microbatches"):
         times, recording, sizes, verdicts = [], [], [], []
         for _ in range(repeats):
             model = Tokens()
-            slots = 512 if shape == "sequences" else 8
-            probe = probe_factory(model, slots=slots, sites=None)
+            slots = per_rank // 1_000 + 12 if shape == "sequences" else 8
+            probe = probe_factory(model, slots=slots, sites=None, keep=True)  # the dump's size is read, then removed
             ddp = DistributedDataParallel(model)
             if shape == "sequences":
-                batches = [(500, 1_010)]  # 500 rows of 1 000 valid tokens and 10 padding positions each
-            else:
-                batches = [(125, 504)] * 8  # 8 microbatches of 62 500 valid tokens (500 per row), no sequences
-            total = float(per_rank * world_size)
+                batches = [(per_rank // 1_000, 1_010)]  # rows of 1 000 valid tokens and 10 padding positions each
+            else:  # 8 microbatches of 500 valid tokens a row, no sequences
+                batches = [(per_rank // 4_000, 504)] * 8
+            valid_per_row = 1_000 if shape == "sequences" else 500
+            total = float(sum(rows for rows, _ in batches) * valid_per_row * world_size)
             dist.barrier()
             started = time.perf_counter()
             for m, (rows, length) in enumerate(batches):
                 x = torch.randn(rows, length, 4, generator=torch.Generator().manual_seed(rank * 100 + m))
                 labels = torch.ones(rows, length, dtype=torch.long)
-                labels[:, -(length - (1_000 if shape == "sequences" else 500)):] = -100
+                labels[:, -(length - valid_per_row):] = -100
                 with (ddp.no_sync() if m + 1 < len(batches) else contextlib.nullcontext()):
                     scores = ddp(x)
                     if shape == "sequences":
@@ -160,6 +168,7 @@ def check_cost(rank, world_size, probe_factory, repeats):
             times.append(time.perf_counter() - started)
             if rank == 0:
                 sizes.append(os.path.getsize(verdict.file))
+                shutil.rmtree(os.path.dirname(verdict.file), ignore_errors=True)
             verdicts.append(verdict.verdict or f"{verdict.status}: {verdict.report.get('error', {}).get('code')}")
         results[shape] = {"check_s": statistics.median(times), "checks_s": times,
                           "record_s": statistics.median(recording),
@@ -171,48 +180,57 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=60, help="interleaved pairs of steps per variant")
     parser.add_argument("--repeats", type=int, default=3, help="checks of 10⁶ tokens per shape")
+    parser.add_argument("--world-sizes", default="2,4", help="the W to measure, comma-separated (at most 4)")
     parser.add_argument("--output", default=os.path.join(HERE, "PROBE_RESULTS.md"))
     arguments = parser.parse_args()
+    world_sizes = [int(w) for w in arguments.world_sizes.split(",")]
+    if not world_sizes or any(w < 1 or w > len(LENGTHS) for w in world_sizes):
+        parser.error(f"--world-sizes takes sizes from 1 to {len(LENGTHS)}")
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    steps = launch(overhead, 2, args=(arguments.rounds,), timeout=1800)[0]
-    checks = launch(check_cost, 2, args=(arguments.repeats,), timeout=1800)[0]
+    steps, checks = {}, {}
+    for w in world_sizes:
+        steps[w] = launch(overhead, w, args=(arguments.rounds,), timeout=1800)[0]
+        checks[w] = launch(check_cost, w, args=(arguments.repeats,), timeout=1800)[0]
     elapsed = time.monotonic() - started
     load_after = os.getloadavg()[0]
     lines = [
         "# The probe's cost",
         "",
         f"Measured {datetime.datetime.now():%Y-%m-%d %H:%M} with `bench/probe_bench.py --rounds {arguments.rounds} "
-        f"--repeats {arguments.repeats}` under {sys.executable} (PyTorch {torch.__version__}), W = 2 on gloo, "
-        f"one thread per rank; {elapsed:.0f} s in all.",
+        f"--repeats {arguments.repeats} --world-sizes {arguments.world_sizes}` under {sys.executable} "
+        f"(PyTorch {torch.__version__}), on gloo, one thread per rank; {elapsed:.0f} s in all.",
         "",
         f"- {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average (1 min) "
         f"{load_before:.2f} before, {load_after:.2f} after",
         "",
         "## A probed training step against the same step without the probe",
         "",
-        "| G | loss | sites | wall without the probe, ms | with, ms | ratio of medians | median of paired ratios "
-        "| CPU without, ms | with, ms | CPU ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| W | G | loss | sites | wall without the probe, ms | with, ms | ratio of medians "
+        "| median of paired ratios | CPU without, ms | with, ms | CPU ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (g, patched, sites), r in steps.items():
-        lines.append(f"| {g} | {'captured in the model' if patched else 'probe.add'} "
-                     f"| {'children' if sites else 'none'} "
-                     f"| {r['plain_ms']:.2f} | {r['probed_ms']:.2f} | {r['ratio']:.3f} | {r['ratio_of_pairs']:.3f} "
-                     f"| {r['cpu_plain_ms']:.2f} | {r['cpu_probed_ms']:.2f} | {r['cpu_ratio']:.3f} |")
+    for w in world_sizes:
+        for (g, patched, sites), r in steps[w].items():
+            lines.append(f"| {w} | {g} | {'captured in the model' if patched else 'probe.add'} "
+                         f"| {'children' if sites else 'none'} "
+                         f"| {r['plain_ms']:.2f} | {r['probed_ms']:.2f} | {r['ratio']:.3f} | {r['ratio_of_pairs']:.3f} "
+                         f"| {r['cpu_plain_ms']:.2f} | {r['cpu_probed_ms']:.2f} | {r['cpu_ratio']:.3f} |")
     lines += [
         "",
-        "## probe.judge() of an update with 10⁶ valid tokens (W = 2, 500 000 per rank)",
+        "## probe.judge() of an update with 10⁶ valid tokens (10⁶/W per rank)",
         "",
-        "| shape | groups | judge (gather, dump, check), s | each run, s "
+        "| W | shape | groups | judge (gather, dump, check), s | each run, s "
         "| recording and backward, s | dump size | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for shape, r in checks.items():
-        groups = "1 000 sequences" if shape == "sequences" else "16 microbatches"
-        size = f"{r['dump_bytes'] / 1024:.1f} KiB" if r["dump_bytes"] else "—"
-        lines.append(f"| {shape} | {groups} | {r['check_s']:.3f} | {', '.join(f'{t:.3f}' for t in r['checks_s'])} "
-                     f"| {r['record_s']:.3f} | {size} | {r['verdict']} |")
+    for w in world_sizes:
+        for shape, r in checks[w].items():
+            groups = f"{1_000 // w * w} sequences" if shape == "sequences" else f"{8 * w} microbatches"
+            size = f"{r['dump_bytes'] / 1024:.1f} KiB" if r["dump_bytes"] else "—"
+            lines.append(f"| {w} | {shape} | {groups} | {r['check_s']:.3f} "
+                         f"| {', '.join(f'{t:.3f}' for t in r['checks_s'])} "
+                         f"| {r['record_s']:.3f} | {size} | {r['verdict']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     with open(arguments.output, "w", encoding="utf-8") as f:
