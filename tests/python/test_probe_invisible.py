@@ -7,7 +7,8 @@ float64 head on a float32 body or one dtype; sites on and off; a loss the probe 
 under DistributedDataParallel with and without ``find_unused_parameters``. Without
 ``find_unused_parameters`` DDP waits for a gradient of every parameter it holds: a backward that no
 probe term reaches must still give p one, or the bucket holding p is never all-reduced and every rank
-keeps its own gradients. ``torch.compile`` is not in the matrix (one compilation takes seconds here).
+keeps its own gradients. ``torch.compile`` is not in the matrix (one compilation takes tens of seconds
+here): test_probe_compiled.py runs one such step, on torch 2 only.
 """
 
 import contextlib
