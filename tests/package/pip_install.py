@@ -239,7 +239,7 @@ def check_installed(venv_python, checkout, work, label, native=True):
                       f"{done.returncode}: {done.stdout}{done.stderr}")
     beside["NORMCHECK"] = probe["executable"]
     output = run([venv_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}",
-                  os.path.join(checkout, "python", "tests", "test_dump.py")], env=beside, cwd=work)
+                  os.path.join(checkout, "tests", "python", "test_dump.py")], env=beside, cwd=work)
     if not re.search(r"\b[0-9]+ passed\b", output) or "failed" in output or "error" in output.lower():
         raise Failure(f"{label}: the project's pytest beside the installed package:\n{output}")
     print(f"{label}: pytest beside the installed package: {output.strip().splitlines()[-1]}", flush=True)
