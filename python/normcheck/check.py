@@ -2,8 +2,10 @@
 
 The executable is the one given explicitly, else ``$NORMCHECK``, else ``normcheck`` on ``PATH``.
 A gate that does not pass raises ``NormcheckFailure``, an ``AssertionError`` whose message is the
-diagnosis a person needs: the verdict, each failing check's detail, and each explanation's name, what
-was computed, why it is wrong and what to do instead (or what could hide, for ``inconclusive``).
+diagnosis a person needs: a first line with the verdict, then the gate's part of the text report as
+``normcheck check`` prints it (``gate.text`` of the JSON report: each check, each explanation's name,
+what was computed, why it is wrong and what to do instead, what could hide, the weight tables, the
+sites). The diagnosis is worded once, in the executable; this module only indents it.
 
 Standard library only.
 """
@@ -301,26 +303,6 @@ def _look_alikes(entries: Any) -> Tuple[LookAlike, ...]:
                  for e in entries if isinstance(e, dict))
 
 
-def _explanation_lines(entries: Sequence[Dict[str, Any]], indent: str) -> List[str]:
-    lines = []
-    for entry in entries:
-        lines.append(f"{indent}{entry.get('name')} = {entry.get('value')}")
-        for key, label in (("computed", "what was computed"), ("why_wrong", "why it is wrong"),
-                           ("instead", "instead")):
-            if entry.get(key):
-                lines.append(f"{indent}  {label}: {entry[key]}")
-        for other in _look_alikes(entry.get("alike")):
-            lines.append(f"{indent}  alike here: {other.name} fits this dump as well; a run with "
-                         f"{other.told_apart_by} tells them apart")
-    return lines
-
-
-def _table_lines(weights: Dict[str, Any], indent: str) -> List[str]:
-    """The weight table as the executable's text report prints it (its ``text``), each line indented."""
-    text = weights.get("text")
-    return [f"{indent}{line}" for line in text.splitlines()] if isinstance(text, str) else []
-
-
 def _site_verdict(entry: Dict[str, Any]) -> Optional[str]:
     """A site's verdict: its own, or whether its weights are the objective's (``matches_objective``)."""
     if entry.get("verdict") is not None:
@@ -330,27 +312,10 @@ def _site_verdict(entry: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _codes(weights: Any) -> Optional[List[Any]]:
-    """A weight table's rows as (group, code) pairs, or None without a complete table."""
-    if not isinstance(weights, dict) or weights.get("omitted"):
-        return None
-    rows = weights.get("rows")
-    if not isinstance(rows, list):
-        return None
-    return [(row.get("group"), row.get("code"), row.get("observed")) for row in rows if isinstance(row, dict)]
-
-
-def _sites_like_p(gate: Dict[str, Any]) -> List[str]:
-    """The sites whose weight table is p's, row by row (exact codes), in report order."""
-    top = _codes(gate.get("weights"))
-    if top is None:
-        return []
-    return [str(entry.get("name")) for entry in gate.get("sites", []) or []
-            if isinstance(entry, dict) and _codes(entry.get("weights")) == top]
-
-
 def describe(report: Dict[str, Any]) -> str:
-    """The diagnosis a person needs, from one report of ``check --json``, with the weight table if any."""
+    """The diagnosis a person needs, from one report of ``check --json``: a first line with the verdict and the
+    update's shape, the gate's text as the executable's text report prints it (``gate.text``), two spaces in,
+    and the file's failures that are not the gate's."""
     name = report.get("file", "?")
     if report.get("status") == "error" or report.get("error"):
         error = report.get("error") or {}
@@ -374,42 +339,7 @@ def describe(report: Dict[str, Any]) -> str:
                                                                            f" ({d.get('role')})")
                                         for d in report["mesh"])
     lines = [f"normcheck: the gate {heading} on {name} ({shape})"]
-    if gate.get("in_words"):
-        lines.append(f"  {gate['in_words']}, bound {gate.get('bound')}")
-    for check in gate.get("checks", []):
-        if not check.get("passed"):
-            lines.append(f"  check {check.get('name')} failed: {check.get('detail')}")
-    diagnosis = gate.get("diagnosis", []) if verdict == "fail" else []
-    could_hide = gate.get("could_hide", [])
-    alike = _sites_like_p(gate)
-    # A site that weighs every group as p does repeats p's diagnosis under its name: said once, below.
-    diagnosis = [e for e in diagnosis if not any(str(e.get("name", "")).startswith(f"{site}: ") for site in alike)]
-    if diagnosis:
-        lines.append("  diagnosis:")
-        lines += _explanation_lines(diagnosis, "    ")
-    if could_hide:
-        lines.append("  could hide (the partition cannot tell these from the objective: not failures; make the "
-                     "counts uneven to tell them apart):")
-        lines += _explanation_lines(could_hide, "    ")
-    if verdict == "fail" and not diagnosis:
-        ratio = f": observed / objective = {gate['ratio']}" if gate.get("ratio") is not None else ""
-        lines.append(f"  unexplained{ratio}")
-    weights = gate.get("weights")
-    if isinstance(weights, dict) and verdict != "pass":
-        lines += _table_lines(weights, "  ")
-    if alike and verdict != "pass":
-        lines.append(f"  site{'s' if len(alike) > 1 else ''} {', '.join(alike)}: the same weights as p, group by "
-                     "group (what differs is the loss's normalization, not a module's treatment of its gradients)")
-    for entry in gate.get("sites", []) or []:
-        if not isinstance(entry, dict) or _site_verdict(entry) == "pass" or entry.get("name") in alike:
-            continue
-        names = [e.get("name", "") for e in entry.get("diagnosis", [])]
-        lines.append(f"  site {entry.get('name')}: {_site_verdict(entry)}"
-                     + (f", diagnosis {', '.join(names)}" if names else "")
-                     + (f": {entry['detail']}" if entry.get("detail") else ""))
-        lines += _explanation_lines(entry.get("diagnosis", []), "    ")
-        if isinstance(entry.get("weights"), dict):
-            lines += _table_lines(entry["weights"], "    ")
+    lines += [f"  {line}" for line in str(gate.get("text", "")).splitlines()]
     for failure in report.get("failures", []):
         if not str(failure).startswith("gate:"):
             lines.append(f"  {failure}")
@@ -510,6 +440,9 @@ def well_shaped_reports(result: Any, files: Sequence[str], source: str) -> List[
     if not isinstance(reports, list) or not all(_well_shaped(report) for report in reports):
         raise NormcheckError(f"{source} printed a report that is not shaped as normcheck-report/1: "
                              f"{json.dumps(result)[:2000]}")
+    if any(report.get("gate") and not isinstance(report["gate"].get("text"), str) for report in reports):
+        raise NormcheckError(f"{source} printed a gate without its text (gate.text), which this package prints as "
+                             "the diagnosis: the executable is older than the package; use the one built with it")
     if not reports:
         raise NormcheckError(f"nothing to check: {' '.join(files)} holds no file normcheck reads")
     return reports

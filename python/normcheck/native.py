@@ -15,12 +15,12 @@ import json
 import os
 import warnings
 from types import ModuleType
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import __version__
 from .check import NormcheckError, PathLike, Verdict, verdicts_of, well_shaped_reports
 
-__all__ = ["available", "check", "check_text"]
+__all__ = ["available", "check", "check_text", "names"]
 
 
 def _extension() -> Optional[ModuleType]:
@@ -85,3 +85,12 @@ def check_text(text: str, *, name: str = "<text>", require_gate: bool = True) ->
     result = _parsed(_core().check_text_json(text, name, require_gate))
     [verdict] = verdicts_of(well_shaped_reports(result, [name], "normcheck._core"), require_gate)
     return verdict
+
+
+def names() -> Dict[str, Any]:
+    """``normcheck names --json`` in this process: every name the core reads and gives, by kind."""
+    listed = _parsed(_core().names_json())
+    if not isinstance(listed, dict) or listed.get("format") != "normcheck-names/1":
+        raise NormcheckError("normcheck._core listed names that are not normcheck-names/1: "
+                             f"{json.dumps(listed)[:2000]}")
+    return listed

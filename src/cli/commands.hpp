@@ -29,5 +29,6 @@ void add_demo_command(CLI::App& app, action& run);
 void add_lab_command(CLI::App& app, action& run);
 void add_suggest_command(CLI::App& app, action& run);
 void add_prove_command(CLI::App& app, action& run);
+void add_names_command(CLI::App& app, action& run);
 
 }  // namespace normcheck::cli

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   normcheck::cli::add_lab_command(app, run);
   normcheck::cli::add_suggest_command(app, run);
   normcheck::cli::add_prove_command(app, run);
+  normcheck::cli::add_names_command(app, run);
 
   if (int status = 0; before_parsing(app, argc, argv, status)) return status;
   try {

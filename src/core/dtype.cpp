@@ -34,6 +34,8 @@ std::optional<dtype> dtype_from_name(std::string_view name) noexcept { return dt
 
 std::string dtype_alternatives() { return dtype_names.alternatives(); }
 
+std::vector<std::string_view> dtype_spellings() { return dtype_names.spellings(); }
+
 rational unit_roundoff(dtype type) {
   const unsigned bits = significand_bits(type);
   if (bits == 0) return rational(0);

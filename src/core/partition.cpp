@@ -42,11 +42,15 @@ std::optional<reducer_kind> reducer_from_name(std::string_view name) noexcept { 
 
 std::string reducer_alternatives() { return reducer_names.alternatives(); }
 
+std::vector<std::string_view> reducer_spellings() { return reducer_names.spellings(); }
+
 std::string_view objective_name(objective_kind objective) noexcept { return objective_names.name(objective); }
 
 std::optional<objective_kind> objective_from_name(std::string_view name) noexcept { return objective_names.find(name); }
 
 std::string objective_alternatives() { return objective_names.alternatives(); }
+
+std::vector<std::string_view> objective_spellings() { return objective_names.spellings(); }
 
 rational group_stats::mass() const {
   // A group without sums is unweighted or holds no valid token: its mass is its count either way.

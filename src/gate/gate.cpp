@@ -70,6 +70,8 @@ std::optional<gate_verdict> verdict_from_name(std::string_view name) noexcept { 
 
 std::string verdict_alternatives() { return verdict_names.alternatives(); }
 
+std::vector<std::string_view> verdict_spellings() { return verdict_names.spellings(); }
+
 namespace {
 
 std::vector<std::string> sorted_names(const std::vector<explanation>& explanations) {

@@ -36,12 +36,15 @@ std::string in_words(const observed_value& observed, const rational& objective, 
          on_screen(objective) + ", ratio " + on_screen(ratio) + ")";
 }
 
-void print_explanations(std::ostream& out, std::string_view heading, const std::vector<explanation>& list) {
+void print_explanations(std::ostream& out, std::string_view indent, std::string_view heading,
+                        const std::vector<explanation>& list) {
   for (const explanation& e : list) {
-    out << "        " << heading << " " << e.name << " = " << shown(e.value) << "\n          what was computed: "
-        << e.computed << "\n          why it is wrong: " << e.why_wrong << "\n          instead: " << e.instead << "\n";
+    out << indent << heading << " " << e.name << " = " << shown(e.value) << "\n"
+        << indent << "  what was computed: " << e.computed << "\n"
+        << indent << "  why it is wrong: " << e.why_wrong << "\n"
+        << indent << "  instead: " << e.instead << "\n";
     for (const look_alike& other : e.alike)
-      out << "          alike here: " << other.name << " fits this update as well; "
+      out << indent << "  alike here: " << other.name << " fits this update as well; "
           << "a run with " << other.told_apart_by << " tells them apart\n";
   }
 }
@@ -186,6 +189,44 @@ std::string weights_text(const group_judgement& judgement, const partition& upda
   std::ostringstream text;
   print_weights(text, judgement, update, "");
   return text.str();
+}
+
+// The gate's part of the text report, its first line unindented and the rest two spaces in: the gradient
+// against the objective's, the bound, the checks, the verdict, what explains it, the weight tables and the
+// sites. The text report prints it indented; the JSON report carries it as `gate.text`, which front ends
+// print as it is, so that every reader of a verdict reads one wording.
+std::string gate_text(const gate_result& gate, const partition_file& document) {
+  std::ostringstream out;
+  out << "gate (" << dtype_name(gate.type)
+      << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
+      << "): " << in_words(gate.observed, gate.objective, document.update.objective) << "\n";
+  out << "  bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
+      << (gate.bound_is_explicit ? ", from the file's tolerance"
+                                 : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
+      << "\n";
+  for (const gate_check& check : gate.checks)
+    out << "  " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
+  out << "  verdict: " << verdict_name(gate.verdict) << "\n";
+  print_explanations(out, "  ", "diagnosis:", gate.diagnosis);
+  print_explanations(out, "  ", "could hide:", gate.could_hide);
+  if (gate.ratio)
+    out << "  unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ " << approximate(*gate.ratio)
+        << "), no known mistake fits\n";
+  if (gate.groups) print_weights(out, *gate.groups, document.update, "  ");
+  for (const site_result& site : gate.sites) {
+    const bool agrees = !site.replica_difference && site.judgement.matches_objective;
+    out << "  site " << printable(site.name) << ": "
+        << (agrees      ? "weighs every group as the objective does"
+            : site.as_p ? "weighs every group as p does"
+                        : "differs")
+        << "\n";
+    if (agrees || site.as_p) continue;
+    if (site.replica_difference) out << "    " << shorten(*site.replica_difference, 400) << "\n";
+    out << "    " << shorten(site.judgement.detail, 400) << "\n";
+    print_explanations(out, "    ", "diagnosis:", site.judgement.diagnosis);
+    print_weights(out, site.judgement, document.update, "    ");
+  }
+  return out.str();
 }
 
 void write_weights(json_writer& json, const group_judgement& judgement, const partition& update) {
@@ -587,37 +628,8 @@ void gate_section::judge(const partition_file& document, const gradient_set&, st
 
 void gate_section::print_text(std::ostream& out, const partition_file& document, const gradient_set&) const {
   if (!result_) return;
-  const gate_result& gate = *result_;
-  out << "      gate (" << dtype_name(gate.type)
-      << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
-      << "): " << in_words(gate.observed, gate.objective, document.update.objective) << "\n";
-  out << "        bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
-      << (gate.bound_is_explicit ? ", from the file's tolerance"
-                                 : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
-      << "\n";
-  for (const gate_check& check : gate.checks)
-    out << "        " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400)
-        << "\n";
-  out << "        verdict: " << verdict_name(gate.verdict) << "\n";
-  print_explanations(out, "diagnosis:", gate.diagnosis);
-  print_explanations(out, "could hide:", gate.could_hide);
-  if (gate.ratio)
-    out << "        unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ "
-        << approximate(*gate.ratio) << "), no known mistake fits\n";
-  if (gate.groups) print_weights(out, *gate.groups, document.update, "        ");
-  for (const site_result& site : gate.sites) {
-    const bool agrees = !site.replica_difference && site.judgement.matches_objective;
-    out << "        site " << printable(site.name) << ": "
-        << (agrees      ? "weighs every group as the objective does"
-            : site.as_p ? "weighs every group as p does"
-                        : "differs")
-        << "\n";
-    if (agrees || site.as_p) continue;
-    if (site.replica_difference) out << "          " << shorten(*site.replica_difference, 400) << "\n";
-    out << "          " << shorten(site.judgement.detail, 400) << "\n";
-    print_explanations(out, "  diagnosis:", site.judgement.diagnosis);
-    print_weights(out, site.judgement, document.update, "          ");
-  }
+  std::istringstream lines(gate_text(*result_, document));
+  for (std::string line; std::getline(lines, line);) out << "      " << line << "\n";
   if (expectation_ && judged_expectation_held_)
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
 }
@@ -636,6 +648,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       .member("bound_is_explicit", gate.bound_is_explicit)
       .member("rounding_depth", gate.rounding_depth)
       .member("in_words", in_words(gate.observed, gate.objective, document.update.objective))
+      .member("text", gate_text(gate, document))
       .key("checks")
       .begin_array();
   for (const gate_check& check : gate.checks)

@@ -10,6 +10,13 @@ namespace normcheck {
 
 namespace {
 
+// A mean over a microbatch or rank without valid tokens.
+constexpr std::string_view mean_of_empty_name = "mean_of_empty";
+
+// The objective's denominator as a factor the scalar gate names ("objective×N", "objective/M"): N, or the
+// weight mass M under the weighted objective.
+constexpr std::array<std::string_view, 2> denominator_symbols{"N", "M"};
+
 struct mistake_text {
   std::string computed;
   std::string why_wrong;
@@ -76,7 +83,7 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
   // The objective's denominator: N, or the weight mass M under the weighted objective.
   const bool weighted = update.objective == objective_kind::weighted_token_mean;
   const rational total_mass = update.mass();
-  const std::string n = weighted ? "M" : "N";
+  const std::string n(denominator_symbols[weighted ? 1 : 0]);
   std::vector<factor_mistake> factors;
   factors.push_back({"objective×W", world_size, "the objective's gradient multiplied by W",
                      "a world-size factor applied where the reducer does not divide by W (a summing reducer or "
@@ -169,7 +176,9 @@ std::optional<explanation> mean_of_empty(const partition& update, const std::str
   for (std::size_t i = 0; i < places.size() && i < 4; ++i) where += (i ? "; " : "") + places[i];
   if (places.size() > 4) where += "; and " + std::to_string(places.size() - 4) + " more";
   const bool weighted = update.objective == objective_kind::weighted_token_mean;
-  return explanation{"mean_of_empty", non_finite::nan, std::nullopt,
+  return explanation{std::string(mean_of_empty_name),
+                     non_finite::nan,
+                     std::nullopt,
                      "a mean (reduction='mean' or a division by a local count) over a part of the update without " +
                          std::string(weighted ? "weight" : "valid tokens") + ": " + where +
                          "; 0/0 is NaN, and the all-reduce hands it to every rank",
@@ -327,6 +336,19 @@ std::string with_declared(std::string_view text, objective_kind declared) {
 }
 
 }  // namespace
+
+diagnosis_names gate_names() {
+  diagnosis_names names;
+  for (const auto& table : {report_normalizations(), diagnosed_normalizations()})
+    for (const normalization& n : table)
+      if (!n.objective_itself) names.normalizations.push_back(n.name);
+  for (const named_words& entry : other_table) names.others.push_back(entry.name);
+  names.others.push_back(mean_of_empty_name);
+  for (const named_words& entry : factor_table) names.factors.emplace_back(entry.name);
+  for (const std::string_view symbol : denominator_symbols)
+    for (const std::string_view how : {"×", "/"}) names.factors.push_back(std::string(how) + std::string(symbol));
+  return names;
+}
 
 std::string mesh_factor_name(const partition& update, mesh_role role) {
   if (update.mesh_extent(role) < 2) return {};

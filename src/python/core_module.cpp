@@ -2,10 +2,12 @@
 //
 // A front end like the command line, and as thin: each function hands text or paths to check/ and
 // returns the same normcheck-report/1 JSON that `normcheck check --json` prints, which the package's
-// Verdict already reads, so the two routes cannot drift apart. The GIL is released while checking.
+// Verdict already reads, so the two routes cannot drift apart; `names_json` is `normcheck names --json`.
+// The GIL is released while checking.
 
 #include "normcheck/check/check.hpp"
 #include "normcheck/check/json_report.hpp"
+#include "normcheck/check/names_report.hpp"
 #include "normcheck/version.hpp"
 
 #include <nanobind/nanobind.h>
@@ -58,4 +60,6 @@ NB_MODULE(_core, module) {
              "check --json over files and folders: (the report's JSON text, reports of earlier runs left out)");
   module.def("check_text_json", &check_text_json, nb::arg("text"), nb::arg("source"), nb::arg("require_gate"),
              "check --json over one document given as text, named source in the report");
+  module.def("names_json", &normcheck::names_json,
+             "names --json: every name normcheck reads and gives, by kind (normcheck-names/1)");
 }

@@ -151,9 +151,9 @@ else:
 
 
 NATIVE = """
-import json, os, sys, warnings
+import json, os, subprocess, sys, warnings
 import normcheck, normcheck.native
-from normcheck.check import run_check
+from normcheck.check import find_executable, run_check
 cases = sys.argv[1]
 assert normcheck.native.available(), "the installed package has no extension"
 extension = os.path.dirname(normcheck._core.__file__)
@@ -171,7 +171,9 @@ for report in executable[:40]:
     with open(report["file"], encoding="utf-8") as f:
         text = f.read()
     assert normcheck.native.check_text(text, name=report["file"]).report == report, report["file"]
-print(f"native: {compared} reports equal to the executable's; statuses {statuses}")
+listed = subprocess.run([find_executable(), "names", "--json"], capture_output=True, text=True, check=True).stdout
+assert normcheck.native.names() == json.loads(listed), "the extension lists other names than the executable"
+print(f"native: {compared} reports equal to the executable's; statuses {statuses}; the same names")
 """
 
 NO_NATIVE = """

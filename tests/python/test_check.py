@@ -55,7 +55,7 @@ def test_a_failing_gate_raises_an_assertion_error_with_the_whole_diagnosis(tmp_p
     assert isinstance(failure, check.NormcheckFailure)
     assert failure.verdict == "fail" and failure.explanations == ("local_mean",)
     message = str(failure)
-    for needed in ("FAILED", str(path), "check objective failed", "local_mean = -1", "what was computed:",
+    for needed in ("FAILED", str(path), "objective         FAIL", "diagnosis: local_mean = -1", "what was computed:",
                    "why it is wrong:", "instead:", "W·Sᵣ/N"):
         assert needed in message, (needed, message)
 
@@ -70,7 +70,7 @@ def test_explanations_alike_on_this_dump_are_both_given_with_the_run_that_separa
     alike = {e.name: e.alike for e in verdict.details}
     assert alike["global_share"] == (check.LookAlike("objective/G", "G ≠ W (here G = W = 2)"),)
     assert alike["objective/G"] == (check.LookAlike("global_share", "G ≠ W (here G = W = 2)"),)
-    assert ("alike here: objective/G fits this dump as well; a run with G ≠ W (here G = W = 2) tells them apart"
+    assert ("alike here: objective/G fits this update as well; a run with G ≠ W (here G = W = 2) tells them apart"
             in str(raised.value))
 
 
@@ -146,7 +146,8 @@ def recording_executable(tmp_path, require_gate, report, status=0):
 
 
 def test_require_gate_is_passed_and_an_older_executable_is_an_error_in_its_own_words(tmp_path):
-    judged = {"reports": [{"file": "f.json", "status": "pass", "failures": [], "gate": {"verdict": "pass"}}]}
+    judged = {"reports": [{"file": "f.json", "status": "pass", "failures": [],
+                           "gate": {"verdict": "pass", "text": "  verdict: pass\n"}}]}
     current, log = recording_executable(tmp_path, ":", judged)
     [verdict] = check.run_check("f.json", executable=current)
     assert log.read_text().split("\n")[0] == "check --json --require-gate f.json"
@@ -216,12 +217,14 @@ def test_a_report_of_another_shape_is_an_error_not_an_attribute_error(tmp_path, 
 
 
 def test_a_report_that_disagrees_with_the_exit_status_is_not_trusted(tmp_path):
-    passing = {"reports": [{"file": "f.json", "status": "pass", "failures": [], "gate": {"verdict": "pass"}}]}
+    passing = {"reports": [{"file": "f.json", "status": "pass", "failures": [],
+                            "gate": {"verdict": "pass", "text": "  verdict: pass\n"}}]}
     for status in (1, 2):
         program, _ = recording_executable(tmp_path, ":", passing, status=status)
         with pytest.raises(check.NormcheckError, match="disagree"):
             check.run_check("f.json", executable=program)
-    failing = {"reports": [{"file": "f.json", "status": "fail", "failures": ["x"], "gate": {"verdict": "fail"}}]}
+    failing = {"reports": [{"file": "f.json", "status": "fail", "failures": ["x"],
+                            "gate": {"verdict": "fail", "text": "  verdict: fail\n"}}]}
     program, _ = recording_executable(tmp_path, ":", failing, status=0)
     with pytest.raises(check.NormcheckError, match="disagree"):
         check.run_check("f.json", executable=program)
@@ -242,19 +245,88 @@ def test_counts_for_suggest_are_integers_not_rounded_or_booleans(tmp_path):
             check.suggest_for_counts(refused, executable=program)
 
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cases", "groups")
+# ---------------------------------------------------------------------------------------------------
+# One wording of a verdict: the message's diagnosis is the text report's gate lines, line by line
+
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cases")
+JUDGED = ("groups", "gate", "mesh")
+"""The folders of cases whose files the gate judges: every kind of verdict, diagnosis, site and mesh."""
 
 
-@pytest.mark.parametrize("case", ["count_before_shift.json", "site_divided.json"])
-def test_the_message_shows_the_weight_table_the_command_line_prints(case, executable):
-    """One renderer: every line of the message's weight tables is the text report's, in its order."""
-    path = os.path.join(CASES, case)
-    [verdict] = check.run_check(path, executable=executable)
-    printed = subprocess.run([executable, "check", path], capture_output=True, text=True, check=True).stdout
-    cli = [line.strip() for line in printed.splitlines()]
-    message = [line.strip() for line in verdict.message.splitlines()]
-    start = cli.index(next(line for line in cli if line.startswith("weights per group")))
-    table = cli[start:start + 1 + len(verdict.report["gate"]["weights"]["rows"]) + 1]
-    assert table[0] in message
-    at = message.index(table[0])
-    assert message[at:at + len(table)] == table
+def text_report_gates(printed):
+    """{file: its gate's lines in ``normcheck check``'s text report, without the report's six spaces}."""
+    gates, lines = {}, None
+    for line in printed.splitlines():
+        if line.startswith(("PASS  ", "FAIL  ", "ERROR ")):
+            file, lines = line[6:], None
+        elif line.startswith("      gate ("):
+            lines = gates[file] = [line[6:]]
+        elif lines is not None and line.startswith("        "):
+            lines.append(line[6:])
+        else:
+            lines = None
+    return gates
+
+
+def diagnosis_differences(printed, verdicts):
+    """Each verdict whose message does not hold its file's gate lines of the text report, two spaces in, right after
+    its first line, with the first line that differs; empty when every message does."""
+    gates = text_report_gates(printed)
+    problems = []
+    for verdict in verdicts:
+        expected = gates.get(verdict.file)
+        if expected is None:
+            if verdict.report.get("gate"):
+                problems.append(f"{verdict.file}: the text report shows no gate")
+            continue
+        shown = verdict.message.splitlines()[1:]
+        for k, want in enumerate(expected):
+            got = shown[k] if k < len(shown) else None
+            if got != f"  {want}":
+                problems.append(f"{verdict.file}, line {k + 2}: {got!r} where the text report has {want!r}")
+                break
+    return problems
+
+
+@pytest.fixture(scope="module")
+def judged(executable):
+    """The verdicts of every file of the judged folders, and ``normcheck check``'s text report on them."""
+    folders = [os.path.join(CASES, folder) for folder in JUDGED]
+    verdicts = check.run_check(folders, executable=executable, require_gate=False)
+    printed = subprocess.run([executable, "check", "--verbose", *folders], capture_output=True, text=True).stdout
+    return verdicts, printed
+
+
+def test_every_message_s_diagnosis_is_the_text_report_s_line_by_line(judged):
+    """One renderer: after its first line the message holds the file's gate lines as ``normcheck check`` prints them
+    (the checks, the verdict, the explanations and their look-alikes, what could hide, the tables, the sites)."""
+    verdicts, printed = judged
+    gated = {v.file for v in verdicts if v.report.get("gate")}
+    assert len(gated) >= 80 and set(text_report_gates(printed)) == gated
+    assert diagnosis_differences(printed, verdicts) == []
+    assert any("alike here" in v.message for v in verdicts) and any("site head: differs" in v.message for v in verdicts)
+
+
+@pytest.mark.parametrize("plant", ["drops the reason", "rewrites the look-alike", "rebuilds the verdict line"])
+def test_a_renderer_of_its_own_is_caught(judged, plant, monkeypatch):
+    """A message that drops or rewrites a line of the executable's text (here, as the package's own renderer once
+    worded a look-alike) differs from the text report, and the comparison names the file."""
+    verdicts, printed = judged
+    describe = check.describe
+
+    def planted(report):
+        lines = describe(report).splitlines()
+        if plant == "drops the reason":
+            lines = [line for line in lines if "why it is wrong:" not in line]
+        elif plant == "rewrites the look-alike":
+            lines = [line.replace("fits this update as well", "fits this dump as well") for line in lines]
+        else:
+            lines = [line.replace("verdict: fail", "verdict: FAIL") for line in lines]
+        return "\n".join(lines)
+
+    monkeypatch.setattr(check, "describe", planted)
+    replanted = check.verdicts_of([v.report for v in verdicts], False)
+    problems = diagnosis_differences(printed, replanted)
+    assert problems and all(", line " in problem for problem in problems)
+    if plant == "rewrites the look-alike":
+        assert any("divided_twice_G_is_W" in problem for problem in problems)

@@ -268,16 +268,15 @@ BEGIN, END = "<!-- weight table of hf_before_fix, W = 2, G = 2: begin -->", "<!-
 
 
 def documented_block(verdict):
-    """What docs/python.md shows of a verdict's message: its heading, failed checks, the diagnosis names and
-    the weight table."""
+    """What docs/python.md shows of a verdict's message: its first line, the gate's objective check, its verdict,
+    each diagnosis's name and value (not its words), and the weight table, each line as the message has it."""
     lines = verdict.message.replace(verdict.file, "probe-dump.json").splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("  weights per group"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("    weights per group"))
     end = start + 1
-    while end < len(lines) and lines[end].startswith("    "):
+    while end < len(lines) and lines[end].startswith("      "):
         end += 1
-    names = [n for n in verdict.diagnosis if ": " not in n]
-    return "\n".join(["```", lines[0], *[line for line in lines[1:start] if line.startswith("  check objective")],
-                      f"  diagnosis: {', '.join(names)}", *lines[start:end], "```"])
+    shown = [line for line in lines[1:start] if line.startswith(("    objective ", "    verdict:", "    diagnosis:"))]
+    return "\n".join(["```", lines[0], *shown, *lines[start:end], "```"])
 
 
 def test_w2_float32_the_documented_weight_table_is_this_run_s(executable, dumps_folder):

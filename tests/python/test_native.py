@@ -16,7 +16,8 @@ import normcheck
 from normcheck import native
 from normcheck.check import NormcheckError
 
-PASSING = {"file": "f.json", "status": "pass", "failures": [], "gate": {"verdict": "pass"}}
+PASSING = {"file": "f.json", "status": "pass", "failures": [],
+           "gate": {"verdict": "pass", "text": "gate (float32): the gradient is 1 times the objective's\n"}}
 
 
 def test_a_checkout_has_no_extension_and_says_how_to_get_one():
@@ -25,6 +26,8 @@ def test_a_checkout_has_no_extension_and_says_how_to_get_one():
         native.check("f.json")
     with pytest.raises(NormcheckError, match="no native extension"):
         native.check_text("{}")
+    with pytest.raises(NormcheckError, match="no native extension"):
+        native.names()
 
 
 @pytest.fixture
@@ -46,6 +49,8 @@ def extension(monkeypatch):
 
     fake.check_paths_json = check_paths_json
     fake.check_text_json = check_text_json
+    fake.names = {"format": "normcheck-names/1", "reducers": ["mean", "sum"]}
+    fake.names_json = lambda: json.dumps(fake.names)
     monkeypatch.setitem(sys.modules, "normcheck._core", fake)
     return fake
 
@@ -58,6 +63,13 @@ def test_the_options_reach_the_extension_and_its_reports_become_verdicts(extensi
     assert extension.calls == [("paths", ["a.json"], True, 3), ("paths", ["b.json"], False, 1)]
     assert native.check_text("{...}", name="mine.json").passed
     assert extension.calls[-1] == ("text", "{...}", "mine.json", True)
+
+
+def test_the_extension_lists_its_names_and_nothing_else_is_taken_for_them(extension):
+    assert native.names() == extension.names
+    extension.names = {"format": "normcheck-report/1", "reports": []}
+    with pytest.raises(NormcheckError, match="not normcheck-names/1"):
+        native.names()
 
 
 def test_a_stale_extension_is_refused(extension):

@@ -1,7 +1,9 @@
 """normcheck.check.Verdict: failure names kept apart from could-hide names, the weight table, sites, notes.
 
 Standard library only: the reports are written here in the shape ``check --json`` prints (contract:
-the gate's ``weights`` and ``sites``), so that the reading and the message are tested on their own.
+the gate's ``weights``, ``sites`` and ``text``), so that the reading and the message are tested on their own.
+The message's wording is the executable's (``gate.text``): tests/python/test_check.py compares it with
+``normcheck check``'s text report on every file of cases/groups, cases/gate and cases/mesh.
 """
 
 import pytest
@@ -22,8 +24,19 @@ def rows(count, outside=()):
             for k in range(count)]
 
 
+def gate_text(verdict, diagnosis=(), could_hide=(), checks=()):
+    """A stand-in for the executable's ``gate.text``: some of its lines, in its layout."""
+    lines = ["gate (float32): the gradient is 0.67 times the token_mean objective's"]
+    lines += [f"  {n:<18}{'ok    ' if p else 'FAIL  '}{n} detail" for n, p in checks]
+    lines += [f"  verdict: {verdict}"]
+    lines += [f"  diagnosis: {n} = 1/2 (≈ 0.5)" for n in diagnosis]
+    lines += [f"  could hide: {n} = 1/2 (≈ 0.5)" for n in could_hide]
+    return "".join(f"{line}\n" for line in lines)
+
+
 def report(verdict, diagnosis=(), could_hide=(), checks=(), weights=None, sites=(), ratio=None):
     gate = {"verdict": verdict, "observed": "-1/2", "objective": "-3/4", "bound": "1/1000", "dtype": "float32",
+            "text": gate_text(verdict, diagnosis, could_hide, checks),
             "checks": [{"name": n, "passed": p, "detail": f"{n} detail"} for n, p in checks],
             "diagnosis": [entry(n) for n in diagnosis], "could_hide": [entry(n) for n in could_hide]}
     if ratio is not None:
@@ -55,11 +68,12 @@ def test_a_failure_by_a_check_shows_what_could_hide_too():
                                     checks=[("replicas", True), ("denominator", False), ("objective", True)]), True)
     assert verdict.explanations == () and verdict.could_hide == ("local_mean",)
     assert verdict.failed_checks == ("denominator",)
-    assert "check denominator failed" in verdict.message
-    assert "could hide" in verdict.message and "local_mean" in verdict.message
+    assert "denominator       FAIL  denominator detail" in verdict.message
+    assert "could hide: local_mean" in verdict.message
 
 
 TABLE_TEXT = "weights per group (what the code gave a token, what the objective gives it):\n  row 3 outside\n"
+GATE_TEXT = f"gate (float32): the gradient is 7/3 times the objective's\n  verdict: fail\n  {TABLE_TEXT}"
 
 
 def test_the_weight_table_is_typed_and_in_the_message():
@@ -72,19 +86,34 @@ def test_the_weight_table_is_typed_and_in_the_message():
     assert verdict.weights.rows[1].sequence is None
 
 
-def test_the_message_prints_the_executable_s_table_as_it_is():
-    """One renderer: the message holds the report's table text line by line, indented, and nothing of its own."""
+def test_the_message_prints_the_executable_s_text_as_it_is():
+    """One renderer: after its first line the message is the report's gate text line by line, two spaces in, then
+    the file's failures that are not the gate's, and nothing of its own."""
     table = {"groups": 30, "text": TABLE_TEXT, "rows": rows(30, outside=(25, 27)), "omitted": 220}
-    message = check._verdict(report("fail", ratio="7/3", weights=table), True).message
-    assert "unexplained: observed / objective = 7/3" in message
-    assert "\n".join(f"  {line}" for line in TABLE_TEXT.splitlines()) in message
-    assert "6/31" not in message  # no row rebuilt from the typed rows
+    written = report("fail", diagnosis=["local_mean"], could_hide=["local_sum"], ratio="7/3", weights=table,
+                     sites=[{"name": "head", "verdict": "fail", "diagnosis": [entry("objective/G")],
+                             "weights": table}])
+    written["gate"]["text"] = GATE_TEXT
+    written["failures"] = ["gate: fail", "expect_gate: verdict pass, but the gate concluded fail"]
+    lines = check._verdict(written, True).message.splitlines()
+    assert lines[0] == "normcheck: the gate FAILED on dump.json (W = 2, reducer mean, float32, N = 12)"
+    assert lines[1:] == [f"  {line}" for line in GATE_TEXT.splitlines()] + [f"  {written['failures'][1]}"]
 
 
-def test_a_passing_verdict_carries_the_table_but_does_not_print_it():
+def test_a_passing_verdict_carries_the_table_and_prints_the_gate_s_text():
     verdict = check._verdict(report("pass", weights={"groups": 1, "text": TABLE_TEXT, "rows": rows(1), "omitted": 0}),
                              True)
-    assert verdict.passed and verdict.weights is not None and "weights per group" not in verdict.message
+    assert verdict.passed and verdict.weights is not None
+    assert verdict.message.splitlines()[1:] == [
+        "  gate (float32): the gradient is 0.67 times the token_mean objective's", "    verdict: pass"]
+
+
+def test_a_report_without_the_gate_s_text_is_refused():
+    """An executable older than the package prints no gate.text: refused, not a message without its diagnosis."""
+    old = report("fail", diagnosis=["local_mean"])
+    del old["gate"]["text"]
+    with pytest.raises(check.NormcheckError, match="older than the package"):
+        check.well_shaped_reports({"reports": [old]}, ["dump.json"], "normcheck check --json")
 
 
 def test_sites_are_read_and_the_differing_one_is_shown():
@@ -96,26 +125,6 @@ def test_sites_are_read_and_the_differing_one_is_shown():
     assert [(s.name, s.verdict, s.diagnosis) for s in verdict.sites] == [("layers.0", "fail", ("objective/G",)),
                                                                          ("head", "pass", ())]
     assert verdict.sites[0].weights is not None and len(verdict.sites[0].weights.rows) == 2
-    assert "site layers.0: fail, diagnosis objective/G" in verdict.message and "site head" not in verdict.message
-
-
-def test_sites_that_weigh_as_p_does_are_said_once():
-    """A loss normalized wrong makes every site fail with p's table: one line, not each site's diagnosis again;
-    a site whose table differs from p's is still shown in full."""
-    table = {"groups": 3, "rows": rows(3, outside=(0, 1, 2)), "omitted": 0}
-    alike = [{"name": n, "verdict": "fail", "diagnosis": [entry("microbatch_mean")], "weights": table}
-             for n in ("embed", "head")]
-    differing = {"name": "layer", "verdict": "fail", "diagnosis": [entry("objective/G")],
-                 "weights": {"groups": 3, "rows": rows(3, outside=(1,))[::-1], "omitted": 0}}
-    verdict = check._verdict(report("fail", diagnosis=("microbatch_mean", "embed: microbatch_mean",
-                                                      "head: microbatch_mean", "layer: objective/G"),
-                                    weights=table, sites=[alike[0], differing, alike[1]]), True)
-    assert "sites embed, head: the same weights as p" in verdict.message
-    assert "site embed:" not in verdict.message and "embed: microbatch_mean =" not in verdict.message
-    assert "site layer: fail, diagnosis objective/G" in verdict.message
-    assert "layer: objective/G =" in verdict.message
-    assert verdict.explanations == ("microbatch_mean", "embed: microbatch_mean", "head: microbatch_mean",
-                                    "layer: objective/G"), "the names stay the gate's"
 
 
 def test_notes_join_the_message():

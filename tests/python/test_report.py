@@ -102,7 +102,8 @@ def test_the_remedy_is_in_the_framework_s_terms_before_the_mathematics(ranks):
     assert HEADING in lines[0]
     assert lines[1] == "  what to change in accelerate (the mathematics follows):"
     assert lines[2].startswith("    if local_mean: backpropagate the loss sum × `accelerator.num_processes`")
-    assert lines.index("  diagnosis:") > 2 and "instead: backpropagate W·Sᵣ/N" in text
+    assert next(k for k, line in enumerate(lines) if line.startswith("    diagnosis: local_mean = ")) > 2
+    assert "instead: backpropagate W·Sᵣ/N" in text
     assert "what to change" not in ranks["ranks"][0]["err"]["keep"]  # no framework named: the mathematics only
 
 

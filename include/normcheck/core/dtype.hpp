@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace normcheck {
 
@@ -19,6 +20,8 @@ std::string_view dtype_name(dtype type) noexcept;
 std::optional<dtype> dtype_from_name(std::string_view name) noexcept;
 /// Every spelling, for messages: "float64, float32, bfloat16, float16 or exact".
 std::string dtype_alternatives();
+/// Every spelling, in order.
+std::vector<std::string_view> dtype_spellings();
 /// The unit roundoff u of a dtype (2^-53 for float64, 2^-24 float32, 2^-8 bfloat16, 2^-11 float16, 0 exact).
 rational unit_roundoff(dtype type);
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace normcheck {
 
@@ -40,6 +41,13 @@ public:
       if (i > 0) out += i + 1 == N ? " or " : ", ";
       out += entries_[i].second;
     }
+    return out;
+  }
+
+  /// Every spelling, in order (what front ends list: `normcheck names`).
+  std::vector<std::string_view> spellings() const {
+    std::vector<std::string_view> out;
+    for (const auto& entry : entries_) out.push_back(entry.second);
     return out;
   }
 

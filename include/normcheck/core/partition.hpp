@@ -29,6 +29,8 @@ std::string_view reducer_name(reducer_kind reducer) noexcept;
 std::optional<reducer_kind> reducer_from_name(std::string_view name) noexcept;
 /// Every spelling, for messages: "mean or sum".
 std::string reducer_alternatives();
+/// Every spelling, in order.
+std::vector<std::string_view> reducer_spellings();
 
 /// What one update's optimizer step minimizes. B counts the update's sequences that hold a valid token,
 /// nₛ the valid tokens of sequence s.
@@ -51,6 +53,8 @@ std::string_view objective_name(objective_kind objective) noexcept;
 std::optional<objective_kind> objective_from_name(std::string_view name) noexcept;
 /// Every spelling, for messages.
 std::string objective_alternatives();
+/// Every spelling, in order.
+std::vector<std::string_view> objective_spellings();
 
 /// An optional value kept on the heap: one pointer where it is absent, so that the many microbatches of an
 /// unweighted update stay small. Copies are deep.

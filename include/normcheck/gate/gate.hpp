@@ -30,6 +30,8 @@ std::string_view verdict_name(gate_verdict verdict) noexcept;
 std::optional<gate_verdict> verdict_from_name(std::string_view name) noexcept;
 /// Every spelling, for messages: "pass, fail or inconclusive".
 std::string verdict_alternatives();
+/// Every spelling, in order.
+std::vector<std::string_view> verdict_spellings();
 
 /// What the gate found at one site: a probe in a submodule, judged like the top-level one.
 struct site_result {

@@ -58,6 +58,18 @@ mistake_words table_mistake_words(std::string_view name, const partition& update
 /// why that is wrong.
 mistake_words factor_words(std::string_view label, const partition& update);
 
+/// Every name the gate gives, by kind, read from the tables that hold their words (`normcheck names` lists
+/// them, and the Python package's copies are tested against them). A diagnosis is one of `normalizations`
+/// or `others`; "objective" followed by a factor; a normalization followed by a factor or by another
+/// objective's name in parentheses; any of these after a site's name and ": ". A factor is one of
+/// `factors`, the size of mesh dimensions ("/cp", "×(cp·sp)") or a plain number ("×4", "/3", "×G/3").
+struct diagnosis_names {
+  std::vector<std::string_view> normalizations;  ///< the strategy table's, but the objective's own
+  std::vector<std::string_view> others;          ///< what is not a normalization: geometric, short_window, …
+  std::vector<std::string> factors;              ///< "×W", "/G", "×N", …
+};
+diagnosis_names gate_names();
+
 /// The name of the size of the mesh dimensions with `role` as a factor: "cp", "(cp·sp)" for two; empty
 /// where their size is 1.
 std::string mesh_factor_name(const partition& update, mesh_role role);

@@ -1,0 +1,63 @@
+#include "normcheck/check/names_report.hpp"
+
+#include "normcheck/core/dtype.hpp"
+#include "normcheck/core/partition.hpp"
+#include "normcheck/gate/gate.hpp"
+#include "normcheck/gate/mistakes.hpp"
+#include "normcheck/io/json_writer.hpp"
+#include "normcheck/io/text.hpp"
+
+namespace normcheck {
+
+namespace {
+
+std::vector<std::string> names_listed(const std::vector<std::string_view>& spellings) {
+  return {spellings.begin(), spellings.end()};
+}
+
+// The dtypes that round: every one but exact arithmetic.
+std::vector<std::string> rounding_dtypes() {
+  std::vector<std::string> names;
+  for (const std::string_view name : dtype_spellings())
+    if (unit_roundoff(*dtype_from_name(name)) != 0) names.emplace_back(name);
+  return names;
+}
+
+}  // namespace
+
+std::vector<name_list> name_lists() {
+  diagnosis_names gate = gate_names();
+  return {
+      {"objectives", "what a step claims to compute", names_listed(objective_spellings())},
+      {"reducers", "how the ranks' gradients are combined", names_listed(reducer_spellings())},
+      {"dtypes", "what a document's numbers were computed in", names_listed(dtype_spellings())},
+      {"float_dtypes", "the dtypes that round", rounding_dtypes()},
+      {"verdicts", "the gate's conclusions", names_listed(verdict_spellings())},
+      {"normalizations", "the normalizations the gate names, from the strategy table",
+       names_listed(gate.normalizations)},
+      {"other_names", "what else the gate names", names_listed(gate.others)},
+      {"factors", "factors on top of a computation", std::move(gate.factors)},
+  };
+}
+
+std::string names_json() {
+  std::string out;
+  json_writer json(out);
+  json.begin_object(json_layout::lines).member("format", names_format);
+  for (const name_list& list : name_lists()) json.member(list.kind, list.names);
+  json.end_object();
+  return out + "\n";
+}
+
+std::string names_text() {
+  std::string out;
+  for (const name_list& list : name_lists())
+    out += std::string(list.kind) + " (" + std::string(list.what) + "): " + join(list.names) + "\n";
+  out +=
+      "A diagnosis is a normalization or another name; \"objective\" followed by a factor; a normalization "
+      "followed by a factor, or by another objective in parentheses; any of these after a site's name and "
+      "\": \". A factor is also the size of mesh dimensions (\"/cp\") or a plain number (\"×4\", \"/3\").\n";
+  return out;
+}
+
+}  // namespace normcheck
