@@ -207,6 +207,9 @@ std::string gate_text(const gate_result& gate, const partition_file& document) {
   for (const gate_check& check : gate.checks)
     out << "  " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
   out << "  verdict: " << verdict_name(gate.verdict) << "\n";
+  if (gate.verdict == gate_verdict::inconclusive && !gate.could_hide.empty())
+    out << "  not a failure, and not a pass: what could hide below fits this update as well as the objective; "
+           "counts that tell them apart (normcheck suggest) decide it\n";
   print_explanations(out, "  ", "diagnosis:", gate.diagnosis);
   print_explanations(out, "  ", "could hide:", gate.could_hide);
   if (gate.ratio)
