@@ -35,9 +35,11 @@ from torch import nn
 from . import _probe_capture as capture
 from . import _probe_gather as gather
 from . import _probe_routes as routes
+from . import _probe_taps as taps
 from . import dump
 from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, install, keep_out_of_checkpoints,
-                             own_bucket_dtype, register_inputs_hook, route)
+                             own_bucket_dtype, parameter_hook_problem, register_inputs_hook, replay_parameter_hooks,
+                             route)
 from ._probe_record import DividedBy, ProbeError, region_of, regions_of
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import Verdict
@@ -187,12 +189,22 @@ class Probe:
         self._holders: List[Holder] = install(module, sites, name, self.components, dtype)
         self.parameter = self._holders[0].parameter
         """p on the probed module itself (its components are laid out as the class docstring says)."""
+        try:
+            replay_parameter_hooks(module, self._holders)
+        except ProbeError:
+            for holder in self._holders:
+                delattr(holder.module, name)
+            raise
         self._handles: List[Any] = keep_out_of_checkpoints(self._holders, name)
         self._handles.append(register_inputs_hook(module, self._before_forward_kwargs))
         for holder in self._holders:
             self._handles.append(holder.module.register_forward_pre_hook(self._follower(holder)))
         self._handles.append(module.register_forward_hook(self._after_forward))
         self._handles.append(self.parameter.register_hook(self._on_gradient))  # type: ignore[no-untyped-call]
+        # Taps last: prepended, each runs before every forward hook of its module, the probe's own included.
+        self._taps = taps.tap_points(module, [(h.site, h.module) for h in self._holders[1:]])
+        for tap_name, point, index in self._taps:
+            self._handles.append(taps.prepend_forward_hook(point, self._tapper(tap_name, index)))
         self._active = False
         self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
         self._sharded = False  # FSDP2 has replaced p by a DTensor shard (seen at a forward)
@@ -314,6 +326,8 @@ class Probe:
         self._inputs: Optional[Tuple[Sequence[Any], Dict[str, Any]]] = None
         self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
         self._seen = capture.seen()
+        self._chain: Optional[taps.Chain] = None  # the ghost of the probed module's last forward in the step
+        self._refusals = taps.Refusals()
         for holder in self._holders:
             holder.current().grad = None
 
@@ -321,6 +335,52 @@ class Probe:
         if torch.is_grad_enabled():
             self._inputs = (tuple(args), dict(kwargs))
             self._inputs_layout = False
+            if self._active:
+                self._chain = taps.Chain()
+
+    def _tapper(self, name: str, holder: Optional[int]) -> Callable[[nn.Module, Any, Any], Any]:
+        """The forward hook of one tap point (``_probe_taps``): the output through ``Tap``, the ghost extended."""
+        def tap(module: nn.Module, inputs: Any, output: Any) -> Any:
+            chain = self._chain
+            if chain is None or not chain.open or not self._active:
+                return None  # outside the probed module's forward in a step (a re-run under checkpointing among them)
+            entering = [i for i in (0, holder) if i is not None and i not in chain.entered]
+            sources = [self._holders[i].source() for i in entering]
+            if not torch.is_grad_enabled():  # a reentrant checkpoint's first run: no gradient to measure here
+                with torch.enable_grad():
+                    self._extend(chain, entering, chain.enter(sources))
+                return None
+            tensors = taps.output_tensors(output)
+            hooked = [n for t in tensors if not taps.tapped(t) for n in taps.hook_names(t._backward_hooks)]
+            if hooked:
+                self._refusals.add(f"{', '.join(hooked)} on {name}'s output were registered before the probe's tap "
+                                   "(inside its forward, or by a global forward hook): the probe cannot measure "
+                                   "them; register them with module.register_forward_hook")
+            backward_hooks = taps.module_backward_hooks(module)
+            if backward_hooks:
+                self._refusals.add(f"{name} has module backward hooks ({', '.join(backward_hooks)}), which may change "
+                                   "the gradients of its output and inputs where the probe cannot measure them")
+            entered = chain.enter(sources)
+            if not tensors:
+                self._extend(chain, entering, entered)
+                return None
+            record = taps.TapRecord(name, len(tensors), self._refusals)
+            results = taps.Tap.apply(record, chain.ghost, entered, *tensors)  # type: ignore[no-untyped-call]
+            chain.ghost = results[0]
+            chain.entered.update(entering)
+            aliases = {}
+            for index, (tensor, alias) in enumerate(zip(tensors, results[1:])):
+                record.watch(index, alias)
+                aliases[id(tensor)] = alias
+            return taps.replaced(output, aliases)
+
+        return tap
+
+    @staticmethod
+    def _extend(chain: taps.Chain, entering: List[int], entered: Optional[torch.Tensor]) -> None:
+        if entered is not None:
+            chain.ghost = entered if chain.ghost is None else chain.ghost + entered
+        chain.entered.update(entering)
 
     def _follower(self, holder: Holder) -> Callable[[nn.Module, Any], None]:
         """A pre-forward hook: under FSDP2, copies the gathered p for the losses of this forward.
@@ -344,6 +404,8 @@ class Probe:
     def _after_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         if not torch.is_grad_enabled():
             return None
+        if self._chain is not None:
+            self._chain.open = False  # its losses still use it; nothing extends it
         ddp = capture.enclosing_ddp(module)
         if ddp is not None:
             self._ddp_forward = True
@@ -374,11 +436,17 @@ class Probe:
                              "DDP with find_unused_parameters would not see p used by the forward pass")
         return routed if found else None
 
+    def _refused(self) -> Optional[str]:
+        """What the step did that the probe cannot measure: its taps' refusals, parameter hooks that differ."""
+        texts = [self._refusals.text(), parameter_hook_problem(self.module, self._holders, [self._on_gradient])]
+        return "; ".join(t for t in texts if t) or None
+
     def _idle(self) -> bool:
         """No step is open and nothing is recorded: p only rides along in this backward, with gradient 0."""
         return not self._active and not self._microbatches
 
     def _on_gradient(self, grad: torch.Tensor) -> None:
+        self._chain = None  # its graph is being consumed: a later loss term cannot go through it
         if self._idle():
             # Between judged steps nothing is copied or kept: p's gradient (0) is dropped once the backward and
             # any reduction are done, so that clipping and the optimizer never see it.
@@ -597,13 +665,20 @@ class Probe:
         return components, magnitudes, witnessed
 
     def _vector(self) -> torch.Tensor:
-        """p plus every site's parameter, in float64: every token's term uses them all."""
-        first = self._holders[0].source()
-        vector = first if first.dtype == torch.float64 else first.to(torch.float64)
+        """p plus every site's parameter, in float64: every token's term uses them all. Those that entered the
+        data path at a tap of this forward come through its ghost (``_probe_taps``), the others directly."""
+        chain = self._chain
+        vector = chain.ghost if chain is not None else None
+        entered = chain.entered if chain is not None else set()
         # Additions, not stack(...).sum(0): the latter's backward hands every parameter a view of one buffer,
         # which AccumulateGrad may keep as each one's .grad, so that later accumulations add up twice.
-        for holder in self._holders[1:]:
-            vector = vector + holder.source()
+        for index, holder in enumerate(self._holders):
+            if index in entered:
+                continue
+            source = holder.source()
+            value = source if source.dtype == torch.float64 else source.to(torch.float64)
+            vector = value if vector is None else vector + value
+        assert vector is not None
         return vector
 
     def _per_position(self, components: torch.Tensor, magnitudes: torch.Tensor, witnessed: bool) -> torch.Tensor:
