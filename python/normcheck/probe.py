@@ -102,6 +102,10 @@ def gather_counts(local_counts: Sequence[int]) -> List[List[int]]:
 # ---------------------------------------------------------------------------------------------------
 # The probe
 
+# torch.nn.utils' functions that take a norm over gradients or change them: inside probe.step() the probe's
+# gradient is captured and set to None before they run (get_total_norm and clip_grads_with_norm_: torch ≥ 2.6).
+_GUARDED = ("clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_")
+
 class Probe:
     """The probe parameter p on one module (and, for sites, on its submodules): attach before DDP."""
 
@@ -328,6 +332,10 @@ class Probe:
         self._seen = capture.seen()
         self._chain: Optional[taps.Chain] = None  # the ghost of the probed module's last forward in the step
         self._refusals = taps.Refusals()
+        # Set aside after a synchronizing backward until the next forward: (parameter, its gradient) and, for
+        # every model parameter, (it, a weak reference to its gradient, the gradient's version) then.
+        self._hidden: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self._marks: List[Tuple[torch.Tensor, Any, int]] = []
         for holder in self._holders:
             holder.current().grad = None
 
@@ -335,6 +343,8 @@ class Probe:
         if torch.is_grad_enabled():
             self._inputs = (tuple(args), dict(kwargs))
             self._inputs_layout = False
+            if self._hidden:
+                self._unhide()
             if self._active:
                 self._chain = taps.Chain()
 
@@ -487,6 +497,51 @@ class Probe:
         self._reduced = True
         if self.capture_mode == "reduction":
             self._capture("the synchronizing backward")
+            self._hide()
+
+    def _hide(self) -> None:
+        """Sets the probe's gradients aside (None) after a synchronizing backward, until the next forward.
+
+        Nothing between a synchronizing backward and the step's end is meant to see p.grad: a norm over
+        ``model.parameters()`` (clipping by a name bound before the step, ``get_total_norm``) would count it
+        and so change the update. The next forward of the step gives each its gradient back (``_unhide``), so
+        that a later backward accumulates onto it and a later reduction acts on the sum as on the model's.
+        """
+        for holder in self._holders:
+            parameter = holder.current()
+            if parameter.grad is not None:
+                self._hidden.append((parameter, parameter.grad))
+                parameter.grad = None
+        if self._hidden:
+            self._marks = [(q, weakref.ref(q.grad) if q.grad is not None else None,
+                            q.grad._version if q.grad is not None else 0) for q in self.model_parameters()]
+
+    def _unhide(self) -> None:
+        """At the next forward: the gradients set aside go back, unless the model's were reset (dropped) or changed."""
+        hidden, marks = self._hidden, self._marks
+        self._hidden, self._marks = [], []
+        kept, reset, changed = 0, 0, []
+        for parameter, reference, version in marks:
+            grad = parameter.grad
+            if reference is None:
+                if grad is not None:
+                    changed.append(parameter)
+            elif grad is None:
+                reset += 1
+            elif reference() is grad and grad._version == version:
+                kept += 1
+            else:
+                changed.append(parameter)
+        if not changed and not reset:
+            for parameter, grad in hidden:
+                parameter.grad = grad
+        elif changed or kept:
+            names = [n for n, q in self.named_model_parameters() if any(q is c for c in changed)]
+            self._refusals.add("the model's gradients were changed between two synchronizing backwards of the "
+                               f"step{f' ({names[0]}.grad among them)' if names else ''}: the probe sets p.grad "
+                               "aside between them, so that no norm or update sees it, and cannot follow the "
+                               "change; construct the probe with capture='step', which leaves it in place")
+        # Every gradient the model had was set to None (zero_grad): the probe's start afresh too.
 
     def _capture(self, when: str) -> None:
         """Stores every probe gradient as it is now, replacing what an earlier capture stored.
@@ -526,6 +581,7 @@ class Probe:
         """
         for holder in self._holders:
             holder.current().grad = None
+        self._hidden, self._marks = [], []
         self._released = True
 
     def capture(self) -> None:
@@ -812,6 +868,21 @@ class Probe:
 
         return guarded
 
+    def _guard_norm(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``get_total_norm(tensors, ...)``: a norm over gradients that holds a probe gradient captures it first,
+        then leaves it out, so that the norm (and the clipping it feeds) is the unprobed one."""
+        def guarded(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            listed = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+            probes = [h.current().grad for h in self._holders]
+            if any(t is g for t in listed for g in probes if g is not None):
+                if self._pending:
+                    self._capture("gradient clipping")
+                self._release()
+                listed = [t for t in listed if not any(t is g for g in probes)]
+            return original(listed, *args, **kwargs)
+
+        return guarded
+
     @contextlib.contextmanager
     def step(self, wrap: bool = True) -> Iterator["Probe"]:
         """Context manager for one step: captures cross_entropy and nll_loss, then the probe's gradient.
@@ -822,19 +893,21 @@ class Probe:
         Inside it, ``torch.nn.functional.cross_entropy`` and ``nll_loss`` (and ``nn.CrossEntropyLoss``,
         ``nn.NLLLoss``) keep the caller's reduction, ignore_index, weight and label_smoothing and gain
         the probe term on valid tokens, reduced as torch reduces. Each call is one microbatch unless
-        ``microbatch()`` marks them. The probe's gradient is stored and zeroed after the synchronizing
-        backward, before clipping inside the step, or when the step ends, whichever comes first.
+        ``microbatch()`` marks them. The probe's gradient is stored after the synchronizing backward (and set
+        aside until the next forward), before torch's clipping and norm functions inside the step, or when the
+        step ends, whichever comes first.
         """
         if self._active:
             raise ProbeError("probe.step() is already active")
         self._reset(keep_declared=True)
-        clip_module = torch.nn.utils.clip_grad
-        originals = {name: getattr(clip_module, name) for name in ("clip_grad_norm_", "clip_grad_value_")}
-        for name, original in originals.items():
-            guarded = self._guard_clipping(original)
-            setattr(clip_module, name, guarded)
-            if getattr(torch.nn.utils, name, None) is original:
-                setattr(torch.nn.utils, name, guarded)
+        originals = [(owner, name, getattr(owner, name)) for owner in (torch.nn.utils, torch.nn.utils.clip_grad)
+                     for name in _GUARDED if hasattr(owner, name)]
+        guards: Dict[int, Callable[..., Any]] = {}  # one guard per function, whichever module names it
+        for owner, name, original in originals:
+            if id(original) not in guards:
+                guards[id(original)] = (self._guard_norm(original) if name == "get_total_norm"
+                                        else self._guard_clipping(original))
+            setattr(owner, name, guards[id(original)])
         self._active = True
         try:
             with (capture.loss_capture(self._loss, self._seen, self.module) if wrap
@@ -844,10 +917,8 @@ class Probe:
                 self._capture("the end of probe.step()")
             self._release()
         finally:
-            for name, original in originals.items():
-                if getattr(torch.nn.utils, name, None) is not original:
-                    setattr(torch.nn.utils, name, original)
-                setattr(clip_module, name, original)
+            for owner, name, original in originals:
+                setattr(owner, name, original)
             self._active = False
 
     # -- judging ----------------------------------------------------------------------------------

@@ -21,9 +21,15 @@ every run, planted or not, is bitwise the unprobed run (``invisible``).
 - ``masking_hook``: a tensor hook on a stage's output multiplies its gradient by a mask: planted, the
   mask drops the second half of every sequence (no factor describes that: refused); correct, it drops
   the positions that carry no label, whose gradient is 0 already (the factor 1);
+- ``norm_in_the_step``: after the synchronizing backward, inside ``probe.step()``, the step clips
+  ``model.parameters()`` (the probe's among them) with a ``clip_grad_norm_`` bound before the step, by a
+  norm written by hand, and (torch ≥ 2.6) with ``get_total_norm`` and ``clip_grads_with_norm_`` bound
+  before the step: none of them may see p.grad (correct: the token mean, clipped; planted: the same
+  clipping, with a loss that is the local mean).
 
 The law must catch wrong probes (``BROKEN``): one that ignores the factor a tap measured, one that puts
-the terms at the loss as before the taps, one that does not give its parameters the model's hooks.
+the terms at the loss as before the taps, one that does not give its parameters the model's hooks, one
+that leaves p.grad in place after the synchronizing backward.
 """
 
 import contextlib
@@ -36,6 +42,7 @@ try:  # DistributedDataParallel imports torch._dynamo on first use: once here, n
 except ImportError:  # torch 1.13
     pass
 import torch.distributed as dist  # noqa: E402
+import torch.nn.utils.clip_grad as clip_grad  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import invisible  # noqa: E402
@@ -44,10 +51,15 @@ import tiny_lm  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
 from normcheck.torch import Probe, ProbeError  # noqa: E402
 
+# Bound before any step, as a training script that imports them at its top does: the probe cannot replace them.
+BOUND_CLIP = clip_grad.clip_grad_norm_
+BOUND_TOTAL_NORM = getattr(torch.nn.utils, "get_total_norm", None)  # torch ≥ 2.6
+BOUND_CLIP_WITH_NORM = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+
 WORLD_SIZE = 2
 GS = (2, 4)
 SCENARIOS = ("resumming_hook", "stage_output_hook", "module_gradient_scaling", "post_reduction_division",
-             "masking_hook")
+             "masking_hook", "norm_in_the_step")
 VERSIONS = ("planted", "correct")
 REFUSED = {("masking_hook", "planted"): ("masked", "layer's output", "otherwise than by a factor")}
 """Planted versions no factor describes: (scenario, version) → what the ProbeError must name."""
@@ -76,6 +88,20 @@ def mask_output(mask):
         output.register_hook(masked)
 
     return hook
+
+
+def clip_every_way(model, max_norm):
+    """Clipping inside the step, after the synchronizing backward, over every parameter of the model (the probe's
+    too), by three routes the probe cannot replace: a bound clip_grad_norm_, a norm by hand, get_total_norm."""
+    BOUND_CLIP(model.parameters(), max_norm)
+    grads = [q.grad for q in model.parameters() if q.grad is not None]
+    total = torch.norm(torch.stack([g.detach().norm() for g in grads]))
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.detach().mul_(coefficient)
+    if BOUND_TOTAL_NORM is not None:
+        total = BOUND_TOTAL_NORM([q.grad for q in model.parameters() if q.grad is not None])
+        BOUND_CLIP_WITH_NORM(model.parameters(), max_norm / 2, total)
 
 
 def one_step(scenario, planted, g, probed, make_probe, rank):
@@ -112,10 +138,14 @@ def one_step(scenario, planted, g, probed, make_probe, rank):
                 handle = (model.layer if planted else model.head).register_forward_hook(mask_output(mask))
             with contextlib.nullcontext() if every or m + 1 == g else ddp.no_sync():
                 loss = ddp(tokens, labels, reduction="sum")[0] * scale / counts.N
+                if scenario == "norm_in_the_step" and planted:
+                    loss = loss * counts.N / counts.rm(rank, m) / g  # the local mean
                 loss.backward()
             losses.append(loss)
             if scenario == "masking_hook":
                 handle.remove()
+        if scenario == "norm_in_the_step":
+            clip_every_way(model, 1e-3)
     outcome = invisible.record(losses, model, optimizer, probe)
     if probe is not None:
         try:
@@ -140,6 +170,7 @@ def broken(name):
         "ignores_the_factor": (taps, "scaled", lambda grad, factor: grad.clone()),
         "terms_at_the_loss": (taps, "tap_points", lambda module, sites: []),
         "no_parameter_hooks": (probing, "replay_parameter_hooks", lambda module, holders: None),
+        "keeps_p_grad_visible": (Probe, "_hide", lambda self: None),
     }[name]
     original = getattr(target, attribute)
     setattr(target, attribute, wrong)
@@ -153,6 +184,7 @@ BROKEN = {
     "ignores_the_factor": ("stage_output_hook",),
     "terms_at_the_loss": ("stage_output_hook",),
     "no_parameter_hooks": ("module_gradient_scaling",),
+    "keeps_p_grad_visible": ("norm_in_the_step",),
 }
 """Wrong probes → the scenarios (run with G = 2) whose law they break."""
 
@@ -168,6 +200,37 @@ def run(scenario, version, g, probe, rank, wrong=None):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def between_syncs(kind, probed, make_probe, rank):
+    """Every microbatch synchronizes (G = 2), and between the two the loop scales every gradient by hand
+    (``rescaled``, in the default capture or with ``capture="step"``) or sets them to None (``zeroed``)."""
+    counts = probe_loops.Counts(probe_loops.window("uneven", 2, WORLD_SIZE))
+    model = tiny_lm.make_model(torch.float32)
+    probe = make_probe(model, slots=16, capture="step" if kind == "rescaled_step_capture" else "reduction") \
+        if probed else None
+    ddp = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.1)
+    losses = []
+    with probe.step() if probe else contextlib.nullcontext():
+        for m, rows in enumerate(counts.lengths[rank]):
+            if m > 0:
+                for parameter in model.parameters():  # the probe's too: what it can see of them
+                    if kind == "zeroed":
+                        parameter.grad = None
+                    elif parameter.grad is not None:
+                        parameter.grad.mul_(0.5)
+            tokens, labels = tiny_lm.make_batch(rows, seed=100 * rank + m)
+            loss = ddp(tokens, labels, reduction="sum")[0] * WORLD_SIZE / counts.N
+            loss.backward()
+            losses.append(loss)
+    outcome = invisible.record(losses, model, optimizer, probe)
+    if probe is not None:
+        try:
+            outcome["verdict"] = probe.judge(ddp).verdict
+        except ProbeError as e:
+            outcome["verdict"] = f"refused: {e}"
+    return outcome
+
+
 def every_scenario(rank, world_size, probe):
     """Each (scenario, version, G), then each wrong probe on its scenarios: the differences of the probed run
     from the unprobed one, and its verdict."""
@@ -180,6 +243,13 @@ def every_scenario(rank, world_size, probe):
         for scenario in scenarios:
             for version in VERSIONS:
                 results[(wrong, scenario, version)] = run(scenario, version, 2, probe, rank, wrong)
+    for kind in ("rescaled", "rescaled_step_capture", "zeroed"):
+        try:
+            probed = between_syncs(kind, True, probe, rank)
+            differences = invisible.differences(between_syncs(kind, False, probe, rank), probed)
+            results[("between_syncs", kind)] = {"differences": differences, "verdict": probed["verdict"]}
+        except Exception as e:  # reported by the test
+            results[("between_syncs", kind)] = {"error": f"{type(e).__name__}: {e}"}
     return results
 
 
@@ -258,6 +328,20 @@ def test_a_stage_hook_is_named_on_the_sites_upstream_of_it_and_on_p(ranks):
         assert "objective/G" in sites["embed"] and "objective/G" in sites["layer"], result["message"]
         assert sites["head"] == (), result["message"]
         assert "objective/G" in result["diagnosis"], result["message"]
+
+
+def test_gradients_changed_between_two_synchronizing_backwards(ranks):
+    """Scaled by hand between them: refused by the default capture (p.grad was set aside), judged with
+    capture="step" (p.grad stays in place and is scaled with the others). Set to None: the probe's start afresh
+    too. Every run bitwise the unprobed one."""
+    for kind in ("rescaled", "rescaled_step_capture", "zeroed"):
+        result = outcome_of(ranks, ("between_syncs", kind))
+        if kind == "rescaled":
+            assert result["verdict"].startswith("refused: the model's gradients were changed between two "
+                                                "synchronizing backwards"), result["verdict"]
+            assert "capture='step'" in result["verdict"]
+        else:
+            assert not result["verdict"].startswith("refused"), result["verdict"]
 
 
 # -- parameter hooks, in one process -------------------------------------------------------------------
@@ -361,3 +445,39 @@ def test_a_hook_that_is_no_factor_is_refused_in_one_process(tmp_path, executable
                                          "gradient otherwise than by a factor"):
         probe.judge()
 
+
+# -- norms inside the step, in one process ----------------------------------------------------------------
+
+
+def clipped_by(name, model):
+    """One step of ``model`` clipped inside it through ``torch.nn.utils.<name>`` over every parameter (the probe's
+    too, where there is a probe); the gradients after it."""
+    tokens, labels = tiny_lm.make_batch([6, 4], seed=1)
+    model(tokens, labels, reduction="sum")[0].backward()
+    utils = torch.nn.utils
+    if name == "get_total_norm":
+        total = utils.get_total_norm([q.grad for q in model.parameters() if q.grad is not None])
+        utils.clip_grads_with_norm_(model.parameters(), 1e-3, total)
+    elif name == "clip_grad_value_":
+        utils.clip_grad_value_(model.parameters(), 1e-3)
+    else:
+        utils.clip_grad_norm_(model.parameters(), 1e-3)
+    return [q.grad.clone() for q in model.parameters() if q.grad is not None]
+
+
+GUARDED_HERE = [name for name in ("clip_grad_norm_", "clip_grad_value_", "get_total_norm")
+                if hasattr(torch.nn.utils, name)]
+
+
+@pytest.mark.parametrize("name", GUARDED_HERE)
+def test_torch_norms_called_in_the_step_never_see_p(name):
+    """Without DDP p.grad stays in place until the step ends (a reduction by hand must reach it); torch's norm and
+    clipping functions called through torch.nn.utils inside the step capture it first and leave it out."""
+    plain = clipped_by(name, tiny_lm.make_model(torch.float32))
+    model = tiny_lm.make_model(torch.float32)
+    probe = Probe(model, dtype=torch.float64)  # a float64 p among float32 gradients: any trace of it shows
+    with probe.step():
+        probed = clipped_by(name, model)
+        assert probe.captures == ("gradient clipping",)
+    assert len(probed) == len(plain) and all(invisible.same(a, b) for a, b in zip(plain, probed))
+    assert probe.gradients()[""][0] == -5.0  # judged unclipped: the first group's 5 tokens
