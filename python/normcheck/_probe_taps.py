@@ -109,7 +109,9 @@ class TapRecord:
         outlives the Python tensor and is the one every later ``register_hook`` adds to."""
         hooks: Any = {}
 
-        def arrived(grad: torch.Tensor) -> None:
+        def arrived(grad: Optional[torch.Tensor]) -> None:
+            if grad is None:  # torch 2 calls the hooks of a node's output that received no gradient with None
+                return
             others = hook_names(hooks)
             self.others[index] = others
             self.cloned[index] = bool(others)
@@ -123,9 +125,13 @@ class TapRecord:
     def factor(self, grads: Sequence[Optional[torch.Tensor]], ghost: Optional[torch.Tensor]) -> Factor:
         """The factor the hooks applied to every output's gradient (1 where none arrived); a refusal is kept."""
         found: List[Tuple[Factor, int]] = []
+        undetermined: List[int] = []
+        arrived: Dict[int, torch.Tensor] = {}
         for index, hooked in enumerate(grads):
             raw = self.raw[index]
             self.raw[index] = None
+            if raw is not None:
+                arrived[index] = raw
             if hooked is None:
                 continue  # no gradient reached this output, so no hook on it ran
             if raw is None:
@@ -145,15 +151,18 @@ class TapRecord:
                                   f"({measured}): the probe cannot measure what a parameter of {self.name} "
                                   "receives; remove the hook for the probed step")
                 return 1
-            if measured is None:  # every element 0: any factor fits
-                if ghost is not None and bool(ghost.ne(0).any()):
-                    names = ", ".join(self.others[index]) or "a hook"
-                    self.refusals.add(f"the gradient reaching {self.name}'s output was 0, so the probe cannot tell "
-                                      f"what {names} does to it")
+            if measured is None:  # every element 0: any factor fits, and no parameter receives anything from it
+                undetermined.append(index)
                 continue
             found.append((measured, index))
         if not found:
+            if undetermined and ghost is not None and bool(ghost.ne(0).any()):
+                names = ", ".join(n for i in undetermined for n in self.others[i]) or "a hook"
+                self.refusals.add(f"the gradient reaching {self.name}'s output was 0, so the probe cannot tell "
+                                  f"what {names} does to it")
             return 1
+        if len({value for value, _ in found}) > 1:  # an output whose gradient is 0 passes nothing on: no factor
+            found = [(value, index) for value, index in found if bool(arrived[index].ne(0).any())] or found[:1]
         first = found[0][0]
         for value, index in found[1:]:
             if value != first:

@@ -481,3 +481,98 @@ def test_torch_norms_called_in_the_step_never_see_p(name):
         assert probe.captures == ("gradient clipping",)
     assert len(probed) == len(plain) and all(invisible.same(a, b) for a, b in zip(plain, probed))
     assert probe.gradients()[""][0] == -5.0  # judged unclipped: the first group's 5 tokens
+
+
+# -- where hooks sit, in one process ------------------------------------------------------------------------
+
+
+class Stages(torch.nn.Module):
+    """Three linear stages; the middle one returns (output, a side output) and may be checkpointed; ``side`` times the
+    side output joins the output."""
+
+    def __init__(self, checkpointed=False, side=0):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Linear(4, 4)
+        self.middle = Pair()
+        self.last = torch.nn.Linear(4, 3)
+        self.checkpointed = checkpointed
+        self.side = side  # how much of the side output reaches the loss (0: none, it receives no gradient)
+
+    def forward(self, x):
+        if self.checkpointed:
+            from torch.utils.checkpoint import checkpoint
+
+            h, side = checkpoint(self.middle, self.first(x), use_reentrant=False)
+        else:
+            h, side = self.middle(self.first(x))
+        return self.last(h + side * self.side if self.side else h)
+
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return h, h * 2
+
+
+def stage_step(model, probe):
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([0, 1, 2, 1, 0])
+    with probe.step():
+        torch.nn.functional.cross_entropy(model(x), labels, reduction="sum").backward()
+    return {site: float(vector[0]) for site, vector in probe.gradients().items()}, probe._refused()
+
+
+def halve_first_output(module, inputs, output):
+    first = output[0] if isinstance(output, tuple) else output
+    first.register_hook(lambda grad: grad / 2)
+
+
+@pytest.mark.parametrize("order", ["before", "after", "checkpointed"])
+def test_a_stage_hook_is_measured_whenever_it_was_registered(order):
+    """A ÷2 on the middle stage's first output, its forward hook registered before or after the probe, or under
+    non-reentrant checkpointing: p (entering at the first tap) and the stages up to it receive 5/2, the last 5."""
+    model = Stages(checkpointed=order == "checkpointed")
+    if order == "before":
+        model.middle.register_forward_hook(halve_first_output)
+    probe = Probe(model)
+    if order != "before":
+        model.middle.register_forward_hook(halve_first_output)
+    received, refused = stage_step(model, probe)
+    assert refused is None
+    assert received == {"": -2.5, "first": -2.5, "middle": -2.5, "last": -5.0}
+
+
+def test_hooks_the_taps_cannot_measure_are_refused_by_name():
+    """Outputs of one module scaled differently; a hook registered on the output inside the module's forward; a
+    module backward hook."""
+    model = Stages(side=1)
+
+    def both(module, inputs, output):
+        output[0].register_hook(lambda grad: grad / 2)
+        output[1].register_hook(lambda grad: grad / 4)
+
+    model.middle.register_forward_hook(both)
+    _, refused = stage_step(model, Probe(model))
+    assert "the hooks on middle's outputs scaled their gradients differently (1/2 and 1/4)" in refused
+
+    model = Stages()
+    forward = model.middle.forward
+
+    def inside(x):
+        h, side = forward(x)
+        h.register_hook(lambda grad: grad / 2)
+        return h, side
+
+    model.middle.forward = inside
+    _, refused = stage_step(model, Probe(model))
+    assert "on middle's output were registered before the probe's tap" in refused
+
+    model = Stages()
+    model.last.register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    _, refused = stage_step(model, Probe(model))
+    assert "last has module backward hooks" in refused
