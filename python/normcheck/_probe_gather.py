@@ -73,6 +73,9 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
                                  "probe.model_parameters(model)")
         if not probe._microbatches:
             raise ProbeError(probe._no_loss_message())
+        refused = probe._refused()
+        if refused:
+            raise ProbeError(refused)
         written = [h.site or "p" for h in probe._holders if probe._released and h.current().grad is not None]
         if (probe._pending or written) and probe._captures:
             what = (f"a backward reached p after its gradient was captured at {probe._captures[-1]}, so that "

@@ -4,12 +4,16 @@
 submodule with parameters of its own) and returns their ``Holder``s; ``keep_out_of_checkpoints`` makes
 ``state_dict`` leave them out and ``load_state_dict`` not miss them. ``route`` multiplies an output by
 1(p), whose gradient is exactly 0, so that a reducer that waits for every parameter sees p used.
+``replay_parameter_hooks`` gives each probe parameter the gradient hooks of the model parameters it
+stands for, registered before the probe, and ``parameter_hook_problem`` says when they no longer match.
 ``KeywordInputs`` shows the probe a forward's keyword arguments where pre-hooks cannot (torch 1.13).
 """
 
 from __future__ import annotations
 
+import functools
 import types
+from fractions import Fraction
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -18,7 +22,8 @@ from torch import nn
 from ._probe_record import ProbeError
 
 __all__ = ["DEFAULT_NAME", "SitesOption", "Holder", "KeywordInputs", "install", "keep_out_of_checkpoints",
-           "register_inputs_hook", "route", "walk", "own_bucket_dtype", "default_dtype"]
+           "register_inputs_hook", "route", "walk", "own_bucket_dtype", "default_dtype", "parameter_hooks", "same_hook",
+           "replay_parameter_hooks", "parameter_hook_problem"]
 
 DEFAULT_NAME = "normcheck_probe"
 """The name p is registered under, on the module and on each site."""
@@ -251,3 +256,132 @@ def walk(value: Any, change: Callable[[torch.Tensor], torch.Tensor], chosen: Cal
         except TypeError:
             return tuple(items), True
     return value, False
+
+
+# ---------------------------------------------------------------------------------------------------
+# Gradient hooks on the model's parameters
+
+def parameter_hooks(parameter: torch.Tensor, skip: Sequence[Any] = ()) -> List[Any]:
+    """The gradient hooks registered on ``parameter`` (``register_hook``), in the order they run, ``skip`` left out."""
+    hooks = getattr(parameter, "_backward_hooks", None)
+    return [hook for hook in (hooks.values() if hooks else []) if not any(hook == s for s in skip)]
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    plain = (int, float, str, bool, bytes, Fraction, type(None))
+    return type(a) is type(b) and isinstance(a, plain) and bool(a == b)
+
+
+def _same_values(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+
+
+def same_hook(a: Any, b: Any) -> bool:
+    """Whether two hooks do the same: the same callable, a bound method of the same object, a partial of the same
+    function and arguments, or a function of the same code whose defaults and closed-over values are the same
+    objects (the lambdas a loop registers on each parameter of a module)."""
+    if a is b:
+        return True
+    if isinstance(a, functools.partial) and isinstance(b, functools.partial):
+        return (same_hook(a.func, b.func) and _same_values(a.args, b.args)
+                and sorted(a.keywords) == sorted(b.keywords)
+                and all(_same_value(a.keywords[k], b.keywords[k]) for k in a.keywords))
+    if isinstance(a, types.MethodType) and isinstance(b, types.MethodType):
+        return a.__func__ is b.__func__ and a.__self__ is b.__self__
+    if isinstance(a, types.FunctionType) and isinstance(b, types.FunctionType):
+        cells_a = [c.cell_contents for c in a.__closure__ or ()]
+        cells_b = [c.cell_contents for c in b.__closure__ or ()]
+        return (a.__code__ is b.__code__ and _same_values(a.__defaults__ or (), b.__defaults__ or ())
+                and _same_values(sorted((a.__kwdefaults__ or {}).items()), sorted((b.__kwdefaults__ or {}).items()))
+                and _same_values(cells_a, cells_b))
+    return False
+
+
+def _same_hooks(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(same_hook(x, y) for x, y in zip(a, b))
+
+
+def _hook_name(hook: Any) -> str:
+    inner = getattr(hook, "func", hook)
+    return str(getattr(inner, "__qualname__", None) or type(inner).__name__)
+
+
+def _hooks_text(hooks: Sequence[Any]) -> str:
+    return ", ".join(_hook_name(h) for h in hooks) if hooks else "none"
+
+
+def _represented(module: nn.Module, holders: Sequence[Holder]) -> List[Tuple[List[Tuple[str, nn.Parameter]], bool]]:
+    """For each holder, the model parameters it stands for, by name, and whether they must all have the same hooks.
+
+    A site stands for its module's parameters. p stands for the parameters no site holds (all of them
+    without sites); when the sites hold them all, p takes what every parameter of the model has in common.
+    """
+    probe = {id(h.parameter) for h in holders} | {id(h.current()) for h in holders}
+    everything = [(n, q) for n, q in module.named_parameters() if id(q) not in probe]
+    by_site = [[(f"{h.site}.{n}", q) for n, q in h.module.named_parameters() if id(q) not in probe]
+               for h in holders[1:]]
+    in_sites = {id(q) for named in by_site for _, q in named}
+    own = [(n, q) for n, q in everything if id(q) not in in_sites]
+    return [(own, True) if own else (everything, False)] + [(named, True) for named in by_site]
+
+
+def _expected_hooks(named: Sequence[Tuple[str, nn.Parameter]], strict: bool, where: str) -> List[Any]:
+    """The hooks every parameter of ``named`` has (ProbeError if they differ and ``strict``; else none)."""
+    if not named:
+        return []
+    first_name, first = named[0]
+    hooks = parameter_hooks(first)
+    for name, parameter in named[1:]:
+        theirs = parameter_hooks(parameter)
+        if not _same_hooks(hooks, theirs):
+            if not strict:
+                return []
+            raise ProbeError(f"the gradient hooks on {where}'s parameters differ ({first_name}: {_hooks_text(hooks)}; "
+                             f"{name}: {_hooks_text(theirs)}): its probe parameter cannot receive what each of them "
+                             "receives. Register the same hooks on every parameter of the module, or make it a site "
+                             "of its own (sites=[...])")
+    return hooks
+
+
+def _post_accumulate_hooks(named: Sequence[Tuple[str, nn.Parameter]], where: str) -> None:
+    for name, parameter in named:
+        hooks = getattr(parameter, "_post_accumulate_grad_hooks", None)
+        if hooks:
+            raise ProbeError(f"{name} has post-accumulate-grad hooks ({_hooks_text(list(hooks.values()))}): they see "
+                             f"{where}'s gradient after it is accumulated (to scale it in place, or to step an "
+                             "optimizer inside the backward), which the probe cannot replay on its own parameter; "
+                             "run the probed step without them")
+
+
+def replay_parameter_hooks(module: nn.Module, holders: Sequence[Holder]) -> None:
+    """Registers on each probe parameter the gradient hooks of the model parameters it stands for, in their order.
+
+    A site's module must have the same hooks on every parameter (ProbeError names two that differ); p
+    takes those of the parameters no site holds (which must agree likewise), or, when the sites hold every
+    parameter, those all of them share. Post-accumulate-grad hooks are refused.
+    """
+    for holder, (named, strict) in zip(holders, _represented(module, holders)):
+        where = holder.site or "the model"
+        _post_accumulate_hooks(named, where)
+        for hook in _expected_hooks(named, strict, where):
+            holder.parameter.register_hook(hook)  # type: ignore[no-untyped-call]
+
+
+def parameter_hook_problem(module: nn.Module, holders: Sequence[Holder], own: Sequence[Any]) -> Optional[str]:
+    """What no longer matches between the model's parameters' hooks and their probe parameters' (hooks added
+    after the probe on some of them only), or None. ``own``: the probe's own hooks, left out."""
+    try:
+        for holder, (named, strict) in zip(holders, _represented(module, holders)):
+            where = holder.site or "the model"
+            expected = _expected_hooks(named, strict, where)
+            present = parameter_hooks(holder.current(), own)
+            if not _same_hooks(expected, present):
+                return (f"the gradient hooks on {where}'s parameters ({_hooks_text(expected)}) are not those of its "
+                        f"probe parameter ({_hooks_text(present)}): hooks registered after Probe(model) on some "
+                        "parameters only do not reach the probe's. Register them before the probe, or on "
+                        "module.parameters() after it (the probe's included)")
+    except ProbeError as e:
+        return str(e)
+    return None

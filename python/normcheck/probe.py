@@ -35,9 +35,11 @@ from torch import nn
 from . import _probe_capture as capture
 from . import _probe_gather as gather
 from . import _probe_routes as routes
+from . import _probe_taps as taps
 from . import dump
 from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, install, keep_out_of_checkpoints,
-                             own_bucket_dtype, register_inputs_hook, route)
+                             own_bucket_dtype, parameter_hook_problem, register_inputs_hook, replay_parameter_hooks,
+                             route)
 from ._probe_record import DividedBy, ProbeError, region_of, regions_of
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import Verdict
@@ -99,6 +101,10 @@ def gather_counts(local_counts: Sequence[int]) -> List[List[int]]:
 
 # ---------------------------------------------------------------------------------------------------
 # The probe
+
+# torch.nn.utils' functions that take a norm over gradients or change them: inside probe.step() the probe's
+# gradient is captured and set to None before they run (get_total_norm and clip_grads_with_norm_: torch ≥ 2.6).
+_GUARDED = ("clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_")
 
 class Probe:
     """The probe parameter p on one module (and, for sites, on its submodules): attach before DDP."""
@@ -187,12 +193,22 @@ class Probe:
         self._holders: List[Holder] = install(module, sites, name, self.components, dtype)
         self.parameter = self._holders[0].parameter
         """p on the probed module itself (its components are laid out as the class docstring says)."""
+        try:
+            replay_parameter_hooks(module, self._holders)
+        except ProbeError:
+            for holder in self._holders:
+                delattr(holder.module, name)
+            raise
         self._handles: List[Any] = keep_out_of_checkpoints(self._holders, name)
         self._handles.append(register_inputs_hook(module, self._before_forward_kwargs))
         for holder in self._holders:
             self._handles.append(holder.module.register_forward_pre_hook(self._follower(holder)))
         self._handles.append(module.register_forward_hook(self._after_forward))
         self._handles.append(self.parameter.register_hook(self._on_gradient))  # type: ignore[no-untyped-call]
+        # Taps last: prepended, each runs before every forward hook of its module, the probe's own included.
+        self._taps = taps.tap_points(module, [(h.site, h.module) for h in self._holders[1:]])
+        for tap_name, point, index in self._taps:
+            self._handles.append(taps.prepend_forward_hook(point, self._tapper(tap_name, index)))
         self._active = False
         self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
         self._sharded = False  # FSDP2 has replaced p by a DTensor shard (seen at a forward)
@@ -314,6 +330,12 @@ class Probe:
         self._inputs: Optional[Tuple[Sequence[Any], Dict[str, Any]]] = None
         self._inputs_layout: Union[Layout, None, bool] = False  # False: not read yet
         self._seen = capture.seen()
+        self._chain: Optional[taps.Chain] = None  # the ghost of the probed module's last forward in the step
+        self._refusals = taps.Refusals()
+        # Set aside after a synchronizing backward until the next forward: (parameter, its gradient) and, for
+        # every model parameter, (it, a weak reference to its gradient, the gradient's version) then.
+        self._hidden: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self._marks: List[Tuple[torch.Tensor, Any, int]] = []
         for holder in self._holders:
             holder.current().grad = None
 
@@ -321,6 +343,54 @@ class Probe:
         if torch.is_grad_enabled():
             self._inputs = (tuple(args), dict(kwargs))
             self._inputs_layout = False
+            if self._hidden:
+                self._unhide()
+            if self._active:
+                self._chain = taps.Chain()
+
+    def _tapper(self, name: str, holder: Optional[int]) -> Callable[[nn.Module, Any, Any], Any]:
+        """The forward hook of one tap point (``_probe_taps``): the output through ``Tap``, the ghost extended."""
+        def tap(module: nn.Module, inputs: Any, output: Any) -> Any:
+            chain = self._chain
+            if chain is None or not chain.open or not self._active:
+                return None  # outside the probed module's forward in a step (a re-run under checkpointing among them)
+            entering = [i for i in (0, holder) if i is not None and i not in chain.entered]
+            sources = [self._holders[i].source() for i in entering]
+            if not torch.is_grad_enabled():  # a reentrant checkpoint's first run: no gradient to measure here
+                with torch.enable_grad():
+                    self._extend(chain, entering, chain.enter(sources))
+                return None
+            tensors = taps.output_tensors(output)
+            hooked = [n for t in tensors if not taps.tapped(t) for n in taps.hook_names(t._backward_hooks)]
+            if hooked:
+                self._refusals.add(f"{', '.join(hooked)} on {name}'s output were registered before the probe's tap "
+                                   "(inside its forward, or by a global forward hook): the probe cannot measure "
+                                   "them; register them with module.register_forward_hook")
+            backward_hooks = taps.module_backward_hooks(module)
+            if backward_hooks:
+                self._refusals.add(f"{name} has module backward hooks ({', '.join(backward_hooks)}), which may change "
+                                   "the gradients of its output and inputs where the probe cannot measure them")
+            entered = chain.enter(sources)
+            if not tensors:
+                self._extend(chain, entering, entered)
+                return None
+            record = taps.TapRecord(name, len(tensors), self._refusals)
+            results = taps.Tap.apply(record, chain.ghost, entered, *tensors)  # type: ignore[no-untyped-call]
+            chain.ghost = results[0]
+            chain.entered.update(entering)
+            aliases = {}
+            for index, (tensor, alias) in enumerate(zip(tensors, results[1:])):
+                record.watch(index, alias)
+                aliases[id(tensor)] = alias
+            return taps.replaced(output, aliases)
+
+        return tap
+
+    @staticmethod
+    def _extend(chain: taps.Chain, entering: List[int], entered: Optional[torch.Tensor]) -> None:
+        if entered is not None:
+            chain.ghost = entered if chain.ghost is None else chain.ghost + entered
+        chain.entered.update(entering)
 
     def _follower(self, holder: Holder) -> Callable[[nn.Module, Any], None]:
         """A pre-forward hook: under FSDP2, copies the gathered p for the losses of this forward.
@@ -344,6 +414,8 @@ class Probe:
     def _after_forward(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         if not torch.is_grad_enabled():
             return None
+        if self._chain is not None:
+            self._chain.open = False  # its losses still use it; nothing extends it
         ddp = capture.enclosing_ddp(module)
         if ddp is not None:
             self._ddp_forward = True
@@ -374,11 +446,17 @@ class Probe:
                              "DDP with find_unused_parameters would not see p used by the forward pass")
         return routed if found else None
 
+    def _refused(self) -> Optional[str]:
+        """What the step did that the probe cannot measure: its taps' refusals, parameter hooks that differ."""
+        texts = [self._refusals.text(), parameter_hook_problem(self.module, self._holders, [self._on_gradient])]
+        return "; ".join(t for t in texts if t) or None
+
     def _idle(self) -> bool:
         """No step is open and nothing is recorded: p only rides along in this backward, with gradient 0."""
         return not self._active and not self._microbatches
 
     def _on_gradient(self, grad: torch.Tensor) -> None:
+        self._chain = None  # its graph is being consumed: a later loss term cannot go through it
         if self._idle():
             # Between judged steps nothing is copied or kept: p's gradient (0) is dropped once the backward and
             # any reduction are done, so that clipping and the optimizer never see it.
@@ -419,6 +497,51 @@ class Probe:
         self._reduced = True
         if self.capture_mode == "reduction":
             self._capture("the synchronizing backward")
+            self._hide()
+
+    def _hide(self) -> None:
+        """Sets the probe's gradients aside (None) after a synchronizing backward, until the next forward.
+
+        Nothing between a synchronizing backward and the step's end is meant to see p.grad: a norm over
+        ``model.parameters()`` (clipping by a name bound before the step, ``get_total_norm``) would count it
+        and so change the update. The next forward of the step gives each its gradient back (``_unhide``), so
+        that a later backward accumulates onto it and a later reduction acts on the sum as on the model's.
+        """
+        for holder in self._holders:
+            parameter = holder.current()
+            if parameter.grad is not None:
+                self._hidden.append((parameter, parameter.grad))
+                parameter.grad = None
+        if self._hidden:
+            self._marks = [(q, weakref.ref(q.grad) if q.grad is not None else None,
+                            q.grad._version if q.grad is not None else 0) for q in self.model_parameters()]
+
+    def _unhide(self) -> None:
+        """At the next forward: the gradients set aside go back, unless the model's were reset (dropped) or changed."""
+        hidden, marks = self._hidden, self._marks
+        self._hidden, self._marks = [], []
+        kept, reset, changed = 0, 0, []
+        for parameter, reference, version in marks:
+            grad = parameter.grad
+            if reference is None:
+                if grad is not None:
+                    changed.append(parameter)
+            elif grad is None:
+                reset += 1
+            elif reference() is grad and grad._version == version:
+                kept += 1
+            else:
+                changed.append(parameter)
+        if not changed and not reset:
+            for parameter, grad in hidden:
+                parameter.grad = grad
+        elif changed or kept:
+            names = [n for n, q in self.named_model_parameters() if any(q is c for c in changed)]
+            self._refusals.add("the model's gradients were changed between two synchronizing backwards of the "
+                               f"step{f' ({names[0]}.grad among them)' if names else ''}: the probe sets p.grad "
+                               "aside between them, so that no norm or update sees it, and cannot follow the "
+                               "change; construct the probe with capture='step', which leaves it in place")
+        # Every gradient the model had was set to None (zero_grad): the probe's start afresh too.
 
     def _capture(self, when: str) -> None:
         """Stores every probe gradient as it is now, replacing what an earlier capture stored.
@@ -458,6 +581,7 @@ class Probe:
         """
         for holder in self._holders:
             holder.current().grad = None
+        self._hidden, self._marks = [], []
         self._released = True
 
     def capture(self) -> None:
@@ -597,13 +721,20 @@ class Probe:
         return components, magnitudes, witnessed
 
     def _vector(self) -> torch.Tensor:
-        """p plus every site's parameter, in float64: every token's term uses them all."""
-        first = self._holders[0].source()
-        vector = first if first.dtype == torch.float64 else first.to(torch.float64)
+        """p plus every site's parameter, in float64: every token's term uses them all. Those that entered the
+        data path at a tap of this forward come through its ghost (``_probe_taps``), the others directly."""
+        chain = self._chain
+        vector = chain.ghost if chain is not None else None
+        entered = chain.entered if chain is not None else set()
         # Additions, not stack(...).sum(0): the latter's backward hands every parameter a view of one buffer,
         # which AccumulateGrad may keep as each one's .grad, so that later accumulations add up twice.
-        for holder in self._holders[1:]:
-            vector = vector + holder.source()
+        for index, holder in enumerate(self._holders):
+            if index in entered:
+                continue
+            source = holder.source()
+            value = source if source.dtype == torch.float64 else source.to(torch.float64)
+            vector = value if vector is None else vector + value
+        assert vector is not None
         return vector
 
     def _per_position(self, components: torch.Tensor, magnitudes: torch.Tensor, witnessed: bool) -> torch.Tensor:
@@ -737,6 +868,21 @@ class Probe:
 
         return guarded
 
+    def _guard_norm(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``get_total_norm(tensors, ...)``: a norm over gradients that holds a probe gradient captures it first,
+        then leaves it out, so that the norm (and the clipping it feeds) is the unprobed one."""
+        def guarded(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            listed = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+            probes = [h.current().grad for h in self._holders]
+            if any(t is g for t in listed for g in probes if g is not None):
+                if self._pending:
+                    self._capture("gradient clipping")
+                self._release()
+                listed = [t for t in listed if not any(t is g for g in probes)]
+            return original(listed, *args, **kwargs)
+
+        return guarded
+
     @contextlib.contextmanager
     def step(self, wrap: bool = True) -> Iterator["Probe"]:
         """Context manager for one step: captures cross_entropy and nll_loss, then the probe's gradient.
@@ -747,19 +893,21 @@ class Probe:
         Inside it, ``torch.nn.functional.cross_entropy`` and ``nll_loss`` (and ``nn.CrossEntropyLoss``,
         ``nn.NLLLoss``) keep the caller's reduction, ignore_index, weight and label_smoothing and gain
         the probe term on valid tokens, reduced as torch reduces. Each call is one microbatch unless
-        ``microbatch()`` marks them. The probe's gradient is stored and zeroed after the synchronizing
-        backward, before clipping inside the step, or when the step ends, whichever comes first.
+        ``microbatch()`` marks them. The probe's gradient is stored after the synchronizing backward (and set
+        aside until the next forward), before torch's clipping and norm functions inside the step, or when the
+        step ends, whichever comes first.
         """
         if self._active:
             raise ProbeError("probe.step() is already active")
         self._reset(keep_declared=True)
-        clip_module = torch.nn.utils.clip_grad
-        originals = {name: getattr(clip_module, name) for name in ("clip_grad_norm_", "clip_grad_value_")}
-        for name, original in originals.items():
-            guarded = self._guard_clipping(original)
-            setattr(clip_module, name, guarded)
-            if getattr(torch.nn.utils, name, None) is original:
-                setattr(torch.nn.utils, name, guarded)
+        originals = [(owner, name, getattr(owner, name)) for owner in (torch.nn.utils, torch.nn.utils.clip_grad)
+                     for name in _GUARDED if hasattr(owner, name)]
+        guards: Dict[int, Callable[..., Any]] = {}  # one guard per function, whichever module names it
+        for owner, name, original in originals:
+            if id(original) not in guards:
+                guards[id(original)] = (self._guard_norm(original) if name == "get_total_norm"
+                                        else self._guard_clipping(original))
+            setattr(owner, name, guards[id(original)])
         self._active = True
         try:
             with (capture.loss_capture(self._loss, self._seen, self.module) if wrap
@@ -769,10 +917,8 @@ class Probe:
                 self._capture("the end of probe.step()")
             self._release()
         finally:
-            for name, original in originals.items():
-                if getattr(torch.nn.utils, name, None) is not original:
-                    setattr(torch.nn.utils, name, original)
-                setattr(clip_module, name, original)
+            for owner, name, original in originals:
+                setattr(owner, name, original)
             self._active = False
 
     # -- judging ----------------------------------------------------------------------------------

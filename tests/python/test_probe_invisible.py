@@ -179,17 +179,20 @@ def test_the_law_catches_a_probe_whose_term_depends_on_an_activation():
 
 
 def unrouted_step(rank, world_size, probe):
-    """The probe as it was: nothing routes p inside the judged step, so a loss it does not see leaves p out."""
+    """The probe as it was: nothing routes p inside the judged step (neither the output's 1(p) nor the taps' ghost),
+    so a loss it does not see leaves p out."""
+    import normcheck._probe_taps as taps
     import normcheck.probe as probing
 
     settings = (None, False, False, "children", False, False)
     unprobed = one_step(settings, False, probe, rank, world_size)
-    route = probing.route
+    route, tap_points = probing.route, taps.tap_points
     probing.route = lambda value, parameters: (value, False)
+    taps.tap_points = lambda module, sites: []
     try:
         probed = one_step(settings, True, probe, rank, world_size)
     finally:
-        probing.route = route
+        probing.route, taps.tap_points = route, tap_points
     return invisible.differences(unprobed, probed)
 
 

@@ -80,6 +80,7 @@ def clipped_after_the_step(rank, make_probe, broken):
     if broken:
         probe._capture = lambda when: None  # what the probe did before: read p.grad when checked
         probe._release = lambda: None  # nor sets p.grad to None
+        probe._hide = lambda: None  # nor sets it aside after the synchronizing backward
     ddp = DistributedDataParallel(model)
     with probe.step(wrap=False):
         step_of(ddp, probe, rank)
@@ -87,6 +88,7 @@ def clipped_after_the_step(rank, make_probe, broken):
     if broken:
         del probe._capture
         del probe._release
+        del probe._hide
     return caught(lambda: (list(probe.captures), probe.dump(ddp)))
 
 
