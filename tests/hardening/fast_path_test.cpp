@@ -339,6 +339,50 @@ TEST_CASE("the streaming reader agrees with the general path on whole documents"
   }));
 }
 
+TEST_CASE("large token arrays read in pieces on two threads sum as on one") {
+  CHECK(rc::check("a document above a mebibyte read with two jobs has the sums of its literals", [] {
+    // A cycle of random literals repeated over two ranks' arrays until the document passes 1 MiB, so that the
+    // arrays go to the pool and are cut into pieces at commas wherever the cycle stands.
+    const auto literals = *rc::gen::nonEmpty(rc::gen::container<std::vector<std::string>>(
+        rc::gen::oneOf(rc::gen::exec(decimal_literal), rc::gen::exec(hexadecimal_literal))));
+    std::vector<std::string> cycle = {"1"};  // a valid token, whatever else is declined
+    rational cycle_sum = 1;
+    rational cycle_abs = 1;
+    std::uint64_t cycle_valid = 1;
+    for (const std::string& text : literals) {
+      const bool hexadecimal = text.find_first_of("xX") != std::string::npos;
+      const bool as_string = hexadecimal || *rc::gen::arbitrary<bool>();
+      const std::optional<literal_parts> parts =
+          general(text, as_string ? literal_form::json_string : literal_form::json_number, number_limits{});
+      if (!parts || parts->denominator != 1 || parts->significand > UINT64_MAX) continue;  // the regular ones
+      cycle.push_back(quoted_value(text, as_string));
+      cycle_sum += to_rational(*parts);
+      cycle_abs += abs(to_rational(*parts));
+      ++cycle_valid;
+    }
+    cycle.push_back("null");
+    std::string cycle_text;
+    for (const std::string& value : cycle) cycle_text += value + ", ";
+    const std::size_t repeats = (700'000 / cycle_text.size()) + 1;
+    std::string array = "[";
+    for (std::size_t r = 0; r < repeats; ++r) array += cycle_text;
+    array += "null]";
+    const std::string document =
+        R"({"format": "normcheck/1", "ranks": [{"targets": )" + array + R"(}, {"targets": )" + array + "}]}";
+    const partition_file one = read_partition(document, "generated", reader_limits{}, {}, 1);
+    const partition_file two = read_partition(document, "generated", reader_limits{}, {}, 2);
+    for (const partition_file* file : {&one, &two}) {
+      for (const rank_stats& rank : file->update.ranks) {
+        const microbatch_stats& stats = rank.microbatches.at(0);
+        RC_ASSERT(stats.valid_tokens == cycle_valid * repeats);
+        RC_ASSERT(stats.padding == repeats + 1);
+        RC_ASSERT(stats.target_sum() == cycle_sum * rational(repeats));
+        RC_ASSERT(stats.target_abs_sum() == cycle_abs * rational(repeats));
+      }
+    }
+  }));
+}
+
 TEST_CASE("a literal the fast path declines is still read exactly in a document") {
   const std::string document =
       R"({"format": "normcheck/1", "ranks": [{"targets": [18446744073709551616, "0x1p-1074", "-1/3", 0.1, 1e-400]}]})";
