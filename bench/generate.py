@@ -2,7 +2,9 @@
 
 Decimal files hold Python's shortest round-trip repr of float64 values (what json.dump writes);
 hexadecimal files hold float.hex() strings, which keep a float's exact value; short-decimal files hold
-six decimal places (-6.850595), as a dump rounded for reading would. About 5% of positions
+six decimal places (-6.850595), as a dump rounded for reading would; exponent files hold seven
+significant digits in scientific notation (-6.850595e+00, printf's %e); integer files hold the value in
+thousandths as an integer (-6851), as a dump of scaled or integer targets would. About 5% of positions
 are padding (null). Files are written once and reused while their name and size match.
 """
 
@@ -28,7 +30,8 @@ def write_partition(path, tokens, ranks, microbatches, literal, seed):
     counts = [int(tokens * w / total) for w in weights]
     counts[-1] += tokens - sum(counts)
     gauss = rng.gauss
-    fmt = {"dec": repr, "hex": lambda v: '"' + v.hex() + '"', "short": lambda v: f"{v:.6f}"}[literal]
+    fmt = {"dec": repr, "hex": lambda v: '"' + v.hex() + '"', "short": lambda v: f"{v:.6f}",
+           "exp": lambda v: f"{v:.6e}", "int": lambda v: str(round(v * 1000))}[literal]
     tmp = path + ".part"
     with open(tmp, "w", buffering=1 << 20) as out:
         out.write('{\n  "format": "normcheck/1",\n')

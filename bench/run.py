@@ -1,6 +1,6 @@
 """The normcheck benchmark, in one command from the repository's top folder:
 
-    python3 bench/run.py            # everything: 24 files (1M and 10M tokens)
+    python3 bench/run.py            # everything: 50 files (1M, 4M on two ranks, 10M tokens)
     python3 bench/run.py --quick    # the 1M-token files only
 
 It builds normcheck (Release) in bench/out/build and the two simdjson baselines in bench/out/, writes the
@@ -13,8 +13,10 @@ asks each value's type before reading it, and sums per rank), a slower inexact b
 peers a Python user would write (fraction_peer.py, on the 1M-token files): fractions.Fraction, and GMP's
 mpq through gmpy2 (Debian's python3-gmpy2, under /usr/bin/python3). `--other-floor SOURCE` builds a
 second floor from another source file and times it beside ours, to show the two are the same floor.
-Literal shapes: shortest float64 repr (dec), float.hex() strings (hex) and six decimal places (short);
-file shapes: 8 and 64 ranks, one token array per rank (flat) or 8 microbatches (mb8).
+Literal shapes: shortest float64 repr (dec), six decimal places (short), seven significant digits with an
+exponent (exp), integers (int) and float.hex() strings (hex); file shapes: 8 and 64 ranks, one token
+array per rank (flat) or 8 microbatches (mb8), and the 4M-token files on two ranks (flat and mb8), whose
+few long arrays only a reader that splits an array can share between two cores.
 Last, all the files of the run are checked in one command with --jobs 1 and with --jobs 2. Every
 command's wall time, CPU time (user + system) and peak resident memory are measured per run (wait4);
 the tables show medians. It prints the tables and writes bench/RESULTS.md.
@@ -126,6 +128,16 @@ def machine():
 SERIES = (("normcheck", "normcheck --jobs 1"), ("parallel", "--jobs 2"), ("floor", "floor"),
           ("checked", "checked read"), ("other", "other floor"))
 TARGET_ONE_CORE, TARGET_TWO_CORES = 0.8, 0.5  # normcheck / plain floor, wall time, on every file
+LITERALS = ("dec", "short", "exp", "int", "hex")
+TWO_RANK_SIZES = (4_000_000,)  # token counts whose files hold two ranks (a few long arrays)
+
+
+def size_name(tokens):
+    return f"{tokens // 1_000_000}M-token" + (" two-rank" if tokens in TWO_RANK_SIZES else "")
+
+
+def sizes_of(rows):
+    return sorted({r["tokens"] for r in rows})
 
 
 def main():
@@ -135,8 +147,9 @@ def main():
     parser.add_argument("--peer-runs", type=int, default=1, help="runs of the Fraction peer per 1M-token file")
     parser.add_argument("--normcheck", help="time this normcheck executable instead of building one (Release)")
     parser.add_argument("--other-floor", help="also build this floor source and time it beside floor.cpp")
-    parser.add_argument("--literals", default="dec,hex,short", help="literal shapes, comma-separated")
-    parser.add_argument("--sizes", default="1,10", help="file sizes in millions of tokens, comma-separated")
+    parser.add_argument("--literals", default=",".join(LITERALS), help="literal shapes, comma-separated")
+    parser.add_argument("--sizes", default="1,4,10", help="file sizes in millions of tokens, comma-separated "
+                        "(4: on two ranks)")
     parser.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"), help="where to write the results")
     args = parser.parse_args()
 
@@ -149,7 +162,8 @@ def main():
         NORMCHECK = os.path.abspath(args.normcheck)
     build_type, stamp = provenance(NORMCHECK)
     sizes = [1_000_000] if args.quick else [int(millions) * 1_000_000 for millions in args.sizes.split(",")]
-    configurations = [(tokens, ranks, microbatches, literal) for tokens in sizes for ranks in (8, 64)
+    configurations = [(tokens, ranks, microbatches, literal) for tokens in sizes
+                      for ranks in ((2,) if tokens in TWO_RANK_SIZES else (8, 64))
                       for microbatches in (1, 8) for literal in args.literals.split(",")]
     shuffler = random.Random(1)
     load_before = os.getloadavg()
@@ -285,7 +299,7 @@ def shape_name(config):
 
 def results(rows, args, load_before, load_after, together, build_type, changed):
     command = (f"python3 bench/run.py{' --quick' if args.quick else ''} --literals {args.literals} --runs {args.runs}"
-               + (f" --sizes {args.sizes}" if not args.quick and args.sizes != "1,10" else "")
+               + (f" --sizes {args.sizes}" if not args.quick and args.sizes != "1,4,10" else "")
                + (f" --peer-runs {args.peer_runs}" if args.peer_runs != 1 else "")
                + (f" --normcheck {os.path.relpath(NORMCHECK, ROOT)}" if args.normcheck else "")
                + (" --other-floor OTHER.cpp" if args.other_floor else ""))
@@ -315,17 +329,16 @@ def results(rows, args, load_before, load_after, together, build_type, changed):
     lines += ["", "## Targets", "",
               f"normcheck / floor, wall time, on every literal shape and file shape: ≤ {TARGET_ONE_CORE} with "
               f"--jobs 1 (one core), ≤ {TARGET_TWO_CORES} with --jobs 2 (two cores). CPU time beside it.", ""]
-    for tokens, name in ((1_000_000, "1M"), (10_000_000, "10M")):
+    for tokens in sizes_of(rows):
+        name = size_name(tokens)
         chosen = [r for r in rows if r["tokens"] == tokens]
-        if not chosen:
-            continue
         one = sum(ratio(r["normcheck"], r["floor"])[0] <= TARGET_ONE_CORE for r in chosen)
         one_cpu = sum(ratio(r["normcheck"], r["floor"])[1] <= TARGET_ONE_CORE for r in chosen)
         two = sum(ratio(r["parallel"], r["floor"])[0] <= TARGET_TWO_CORES for r in chosen)
-        lines.append(f"- {name}-token files, --jobs 1 / floor (target ≤ {TARGET_ONE_CORE}): "
+        lines.append(f"- {name} files, --jobs 1 / floor (target ≤ {TARGET_ONE_CORE}): "
                      f"{summary(chosen, 'normcheck', 'floor')}; met on {one} of {len(chosen)} files by wall time, "
                      f"{one_cpu} of {len(chosen)} by CPU time")
-        lines.append(f"- {name}-token files, --jobs 2 / floor (target ≤ {TARGET_TWO_CORES}): "
+        lines.append(f"- {name} files, --jobs 2 / floor (target ≤ {TARGET_TWO_CORES}): "
                      f"{summary(chosen, 'parallel', 'floor')}; met on {two} of {len(chosen)} files by wall time")
         groups = [(f"{literal} literals", [r for r in chosen if r["config"][2] == literal])
                   for literal in args.literals.split(",")]
@@ -341,12 +354,13 @@ def results(rows, args, load_before, load_after, together, build_type, changed):
                              f"worst --jobs 2 {two_wall:.2f} wall "
                              f"{'met' if two_wall <= TARGET_TWO_CORES else 'MISSED'}")
     lines += ["", "Against the checked read (the slower baseline; earlier targets ≤ 1.0 and ≤ 0.7):", ""]
-    for tokens, name in ((1_000_000, "1M"), (10_000_000, "10M")):
+    for tokens in sizes_of(rows):
+        name = size_name(tokens)
         chosen = [r for r in rows if r["tokens"] == tokens]
         if chosen:
-            lines.append(f"- {name}-token files, --jobs 1 / checked read: {summary(chosen, 'normcheck', 'checked')}")
-            lines.append(f"- {name}-token files, --jobs 2 / checked read: {summary(chosen, 'parallel', 'checked')}")
-            lines.append(f"- {name}-token files, floor / checked read: {summary(chosen, 'floor', 'checked')}")
+            lines.append(f"- {name} files, --jobs 1 / checked read: {summary(chosen, 'normcheck', 'checked')}")
+            lines.append(f"- {name} files, --jobs 2 / checked read: {summary(chosen, 'parallel', 'checked')}")
+            lines.append(f"- {name} files, floor / checked read: {summary(chosen, 'floor', 'checked')}")
     if args.other_floor:
         walls = [ratio(r["other"], r["floor"])[0] for r in rows]
         cpus = [ratio(r["other"], r["floor"])[1] for r in rows]

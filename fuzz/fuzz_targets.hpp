@@ -224,6 +224,14 @@ inline void literal_paths_agree(std::string_view text, literal_form form, const 
     require(general.value.has_value() && to_rational(to_parts(prefix)) == *general.value,
             "the prefix scan reads another value", input);
   }
+  // Where the text goes on after the delimiter, the short scan (eight digits at a time) reads what it takes
+  // there: the same length and the same parts as the careful scan above.
+  delimited.append(48, ' ');
+  machine_literal padded;
+  require(scan_machine_prefix(delimited, form, limits, padded) == length &&
+              (length == 0 || (padded.negative == prefix.negative && padded.significand == prefix.significand &&
+                               padded.exp2 == prefix.exp2 && padded.exp5 == prefix.exp5)),
+          "the prefix scan reads otherwise where the text goes on", input);
   // The document reader, whose token loop takes the streaming path where it can.
   if (const std::optional<std::string> value = as_json_value(text, form)) {
     reader_limits document_limits;

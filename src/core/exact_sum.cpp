@@ -1,5 +1,7 @@
 #include "normcheck/core/exact_sum.hpp"
 
+#include "normcheck/core/machine_scan.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -11,9 +13,11 @@ namespace {
 
 __extension__ typedef unsigned __int128 uint128;
 
-// Exponents and digit counts beyond this are left to parse_literal, so that every exponent the fast
-// path produces fits comfortably in 32 bits.
-constexpr std::int64_t fast_exponent_bound = 1 << 29;
+using detail::digit_run;
+using detail::digit_run_value;
+using detail::fast_exponent_bound;
+using detail::powers_of_ten;
+using detail::scan_short_decimal;
 
 bool is_decimal_digit(char c) { return static_cast<unsigned char>(c - '0') < 10; }
 
@@ -31,26 +35,13 @@ constexpr std::array<std::int8_t, 256> hex_values = [] {
 
 int hex_value(char c) { return hex_values[static_cast<unsigned char>(c)]; }
 
-constexpr std::uint64_t powers_of_ten[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
-
 // The digits that start the eight bytes at p, as one number, and how many there are (0 to 8), read in
-// a few multiplications instead of a loop (SWAR). Only the bytes before the first non-digit are used:
-// digits neither borrow nor carry between bytes, so the first non-digit is found exactly.
+// a few multiplications instead of a loop (SWAR): the careful scan's reader of eight digits.
 unsigned leading_digits(const char* p, std::uint64_t& value) {
   if constexpr (std::endian::native != std::endian::little) return 0;
-  std::uint64_t chunk;
-  std::memcpy(&chunk, p, 8);
-  const std::uint64_t low = chunk - 0x3030303030303030ull;   // a byte below '0' sets its top bit
-  const std::uint64_t high = chunk + 0x4646464646464646ull;  // a byte above '9' sets its top bit
-  const std::uint64_t non_digits = (low | high) & 0x8080808080808080ull;
-  const unsigned count = non_digits == 0 ? 8u : static_cast<unsigned>(std::countr_zero(non_digits)) / 8;
-  if (count == 0) return 0;
-  // The digits move to the high bytes (the low digits of an eight-digit number), zeros fill the rest.
-  chunk = count == 8 ? low : low << (64 - 8 * count);
-  chunk = (chunk * 10) + (chunk >> 8);
-  chunk = (((chunk & 0x000000FF000000FFull) * 0x000F424000000064ull) +
-           (((chunk >> 16) & 0x000000FF000000FFull) * 0x0000271000000001ull)) >> 32;
-  value = chunk;
+  std::uint64_t low;
+  const unsigned count = digit_run(p, low);
+  if (count != 0) value = digit_run_value(low, count);
   return count;
 }
 
@@ -237,11 +228,11 @@ std::size_t scan_machine_prefix(std::string_view text, literal_form form, const 
     out.negative = true;
     ++p;
   }
-  const std::int64_t bound = limits.max_exponent < fast_exponent_bound ? limits.max_exponent : fast_exponent_bound;
+  const std::int64_t bound = detail::machine_exponent_bound(limits);
   const char* stop;
   if (form == literal_form::json_string && end - p >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
     stop = scan_hexadecimal(p + 2, end, bound, limits.max_digits, out);
-  else
+  else if ((stop = scan_short_decimal(p, end, bound, limits.max_digits, out)) == nullptr)
     stop = scan_decimal(p, end, bound, limits.max_digits, out);
   if (stop == nullptr) return 0;
   if (out.significand == 0) out.negative = false;

@@ -873,14 +873,17 @@ private:
   }
 
   // The hot loop: each literal is read straight from the input into machine integers and summed
-  // without allocating; what that path does not take (fractions, long significands, anything
-  // malformed) goes through parse_literal.
+  // without allocating, the regular elements in one pass over the text as the pool's workers read them;
+  // from the first element that pass does not take (a fraction, a long significand, anything malformed)
+  // the reader goes on element by element, through parse_literal where the machine integers do not do.
   microbatch_stats read_token_array(std::string_view what, std::uint64_t offset) {
     if (json_.peek() != json_kind::array)
       json_.fail_type(what, "an array of token values (exact numbers, or null for padding), or a compact group "
                             "{\"count\": n, \"value\": y}");
     json_.begin_array();
     microbatch_builder builder;
+    json_.skip_elements_to(
+        detail::read_regular_elements(text_, json_.value_offset(), json_.limits().numbers, builder));
     machine_literal fast;
     while (json_.next_element()) {
       if (json_.machine_value(fast)) {

@@ -8,11 +8,6 @@ namespace normcheck {
 
 namespace {
 
-// The characters `number_text` takes into a number token.
-bool is_number_char(char c) {
-  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
-}
-
 std::string show_char(char c) {
   auto byte = static_cast<unsigned char>(c);
   if (byte >= 0x20 && byte < 0x7f) return std::string("'") + c + "'";

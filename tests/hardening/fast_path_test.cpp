@@ -63,6 +63,19 @@ std::string hexadecimal_literal() {
   return text;
 }
 
+// Decimals the short scan (19 digits at most, eight at a time) takes or declines by a digit: 1 to 7 whole
+// digits, 17 to 21 in all, and an exponent of 1 to 8 digits or none.
+std::string short_scan_literal() {
+  std::string text = *rc::gen::element<std::string>("", "-");
+  const std::size_t whole = *rc::gen::inRange<std::size_t>(1, 8);
+  text += digit_run(whole, false, whole > 1);
+  text += "." + digit_run(*rc::gen::inRange<std::size_t>(17, 22) - whole, false, false);
+  if (*rc::gen::arbitrary<bool>())
+    text += *rc::gen::element<std::string>("e", "E", "e+", "e-") +
+            digit_run(*rc::gen::inRange<std::size_t>(1, 9), false, false);
+  return text;
+}
+
 // A literal, well formed or damaged by one edit (so that rejections are compared too).
 std::string any_literal() {
   std::string text = *rc::gen::weightedOneOf<std::string>(
@@ -167,6 +180,94 @@ TEST_CASE("the fast path declines what does not fit and leaves it exact") {
   CHECK(to_rational(to_parts(fast)) == rational(-3, 16));
 }
 
+namespace {
+
+// `text`, the delimiter that ends it as a token of `form`, and `padding` spaces.
+std::string delimited(std::string_view text, literal_form form, std::size_t padding) {
+  return std::string(text) + (form == literal_form::json_number ? "," : "\"") + std::string(padding, ' ');
+}
+
+// The prefix scan where the text goes on (48 spaces after the delimiter): the short scan, which reads eight
+// digits at a time and needs 40 bytes ahead, takes the literals it can there; a literal near the text's end
+// goes the careful way. True when the whole of `text` was read.
+bool padded_scan(std::string_view text, literal_form form, const number_limits& limits, machine_literal& out) {
+  return !text.empty() && scan_machine_prefix(delimited(text, form, 48), form, limits, out) == text.size();
+}
+
+// Why the prefix scan reads `text` otherwise where the text goes on than where it ends at the delimiter
+// (fewer than 40 bytes ahead: the careful way for every literal shorter than 39 characters), if it does.
+std::optional<std::string> short_scan_differs(std::string_view text, literal_form form, const number_limits& limits) {
+  machine_literal padded;
+  machine_literal careful;
+  const std::size_t length = scan_machine_prefix(delimited(text, form, 48), form, limits, padded);
+  const std::size_t careful_length = scan_machine_prefix(delimited(text, form, 0), form, limits, careful);
+  if (length != careful_length)
+    return "'" + std::string(text) + "': " + std::to_string(length) + " characters read, " +
+           std::to_string(careful_length) + " by the careful scan";
+  if (length != 0 && (padded.negative != careful.negative || padded.significand != careful.significand ||
+                      padded.exp2 != careful.exp2 || padded.exp5 != careful.exp5))
+    return "'" + std::string(text) + "' is taken apart otherwise than by the careful scan";
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("the short scan agrees with parse_literal and with the careful scan") {
+  CHECK(rc::check("a literal the text goes on after is read as parse_literal and the careful scan read it", [] {
+    const std::string text = *rc::gen::oneOf(rc::gen::exec(any_literal), rc::gen::exec(short_scan_literal));
+    const number_limits limits = some_limits();
+    for (literal_form form : {literal_form::json_number, literal_form::json_string}) {
+      RC_ASSERT(!disagreement(padded_scan, text, form, limits).has_value());
+      RC_ASSERT(!short_scan_differs(text, form, limits).has_value());
+      machine_literal fast;
+      RC_CLASSIFY(padded_scan(text, form, limits, fast) && text.size() < 39, "taken, compared with the careful scan");
+    }
+  }));
+}
+
+TEST_CASE("the short scan's corners") {
+  const number_limits limits;
+  // Each read where the text goes on (the short scan) and where it ends (the careful scan), both against
+  // parse_literal: digit counts around 19, the eight-digit runs, leading zeros, signs, exponents at the limit.
+  for (const char* text :
+       {"0", "-0", "-0.0", "-0.000e-0", "0e0", "7", "1234567", "12345678", "1234567.1", "12345678.1", "0.12345678",
+        "0.123456789", "1.2345678901234567", "1.234567890123456789", "0.1234567890123456789",
+        "9.999999999999999999", "99999999.99999999999", "9.9999999999999999999", "0.0000000000000000001",
+        "0.00000000000000000001", "-6.850595", "-6.850595e+00", "1.5E-3", "1e10000", "1e-10000", "1e10001",
+        "1.5e+0010000", "1e0000000", "1e00000000", "1e-0000007", "1e9999999", "1E+5", "1e-0", "1e+-5", "1e-+5",
+        "9.999999999999999999e-9999", "-6851", "01", "00.5", "1.", "1.e5", ".5", "1e", "1e+", "1e-", "-", "--1",
+        "1.5e5.5"}) {
+    CAPTURE(text);
+    for (literal_form form : {literal_form::json_number, literal_form::json_string}) {
+      CHECK_FALSE(disagreement(padded_scan, text, form, limits));
+      CHECK_FALSE(short_scan_differs(text, form, limits));
+    }
+  }
+  machine_literal fast;
+  CHECK(padded_scan("-0.000", literal_form::json_number, limits, fast));
+  CHECK_FALSE(fast.negative);
+  CHECK(padded_scan("1.234567890123456789", literal_form::json_number, limits, fast));
+  CHECK(fast.significand == 1234567890123456789ull);
+  CHECK(fast.exp5 == -18);
+  CHECK_FALSE(padded_scan("9.9999999999999999999", literal_form::json_number, limits, fast));  // past 64 bits
+  CHECK_FALSE(padded_scan("1e10001", literal_form::json_number, limits, fast));
+}
+
+TEST_CASE("the differential catches a short scan that is wrong") {
+  // A scan that counts only the first run of eight fraction digits in the scale: the slip a reader of eight
+  // digits at a time could make.
+  const scanner first_run_only = [](std::string_view text, literal_form form, const number_limits& limits,
+                                    machine_literal& out) {
+    if (!padded_scan(text, form, limits, out)) return false;
+    const std::size_t point = text.find('.');
+    if (point != std::string_view::npos && text.size() - point - 1 > 8) out.exp2 = out.exp5 += 8;
+    return true;
+  };
+  const number_limits limits;
+  CHECK_FALSE(disagreement(padded_scan, "1.2345678901234567", literal_form::json_number, limits));
+  CHECK(disagreement(first_run_only, "1.2345678901234567", literal_form::json_number, limits));
+}
+
 TEST_CASE("exact_sum in machine integers equals the rational sum") {
   CHECK(rc::check("Σ through 128-bit buckets and GMP spills equals Σ of rationals", [] {
     // Exponents from a short run (the usual input) or spread wide, so that buckets collide and spill.
@@ -235,6 +336,50 @@ TEST_CASE("the streaming reader agrees with the general path on whole documents"
     const microbatch_stats& first = file.update.ranks.at(0).microbatches.at(0);
     RC_ASSERT(first.target_sum() == expected);
     RC_ASSERT(first.target_abs_sum() == expected_abs);
+  }));
+}
+
+TEST_CASE("large token arrays read in pieces on two threads sum as on one") {
+  CHECK(rc::check("a document above a mebibyte read with two jobs has the sums of its literals", [] {
+    // A cycle of random literals repeated over two ranks' arrays until the document passes 1 MiB, so that the
+    // arrays go to the pool and are cut into pieces at commas wherever the cycle stands.
+    const auto literals = *rc::gen::nonEmpty(rc::gen::container<std::vector<std::string>>(
+        rc::gen::oneOf(rc::gen::exec(decimal_literal), rc::gen::exec(hexadecimal_literal))));
+    std::vector<std::string> cycle = {"1"};  // a valid token, whatever else is declined
+    rational cycle_sum = 1;
+    rational cycle_abs = 1;
+    std::uint64_t cycle_valid = 1;
+    for (const std::string& text : literals) {
+      const bool hexadecimal = text.find_first_of("xX") != std::string::npos;
+      const bool as_string = hexadecimal || *rc::gen::arbitrary<bool>();
+      const std::optional<literal_parts> parts =
+          general(text, as_string ? literal_form::json_string : literal_form::json_number, number_limits{});
+      if (!parts || parts->denominator != 1 || parts->significand > UINT64_MAX) continue;  // the regular ones
+      cycle.push_back(quoted_value(text, as_string));
+      cycle_sum += to_rational(*parts);
+      cycle_abs += abs(to_rational(*parts));
+      ++cycle_valid;
+    }
+    cycle.push_back("null");
+    std::string cycle_text;
+    for (const std::string& value : cycle) cycle_text += value + ", ";
+    const std::size_t repeats = (700'000 / cycle_text.size()) + 1;
+    std::string array = "[";
+    for (std::size_t r = 0; r < repeats; ++r) array += cycle_text;
+    array += "null]";
+    const std::string document =
+        R"({"format": "normcheck/1", "ranks": [{"targets": )" + array + R"(}, {"targets": )" + array + "}]}";
+    const partition_file one = read_partition(document, "generated", reader_limits{}, {}, 1);
+    const partition_file two = read_partition(document, "generated", reader_limits{}, {}, 2);
+    for (const partition_file* file : {&one, &two}) {
+      for (const rank_stats& rank : file->update.ranks) {
+        const microbatch_stats& stats = rank.microbatches.at(0);
+        RC_ASSERT(stats.valid_tokens == cycle_valid * repeats);
+        RC_ASSERT(stats.padding == repeats + 1);
+        RC_ASSERT(stats.target_sum() == cycle_sum * rational(repeats));
+        RC_ASSERT(stats.target_abs_sum() == cycle_abs * rational(repeats));
+      }
+    }
   }));
 }
 

@@ -1,11 +1,12 @@
 """Large documents read with --jobs 2 give exactly the reports of --jobs 1.
 
-Each document is above the size from which the reader hands large token arrays to worker threads (1 MiB).
-The regular ones are read in parallel; the others hold, somewhere in a large array, what only the
-sequential reader reads (a fraction, a long significand, a malformed literal, a ']' inside a string, a
-nested array, a trailing comma, a cut), or weights, so the parallel read must give way to a sequential
-one with the same verdict, error code and position. Text and JSON reports and exit statuses are compared
-byte for byte.
+Each document is above the size from which the reader hands large token arrays to worker threads (1 MiB),
+which read an array longer than two pieces (256 KiB each) in pieces cut at commas. The regular ones are
+read in parallel; the others hold, somewhere in a large array, what only the sequential reader reads (a
+fraction, a long significand, a malformed literal, a ']' inside a string, a nested array, a trailing comma,
+a cut), or weights, or, where a piece is cut, a comma that does not separate two elements, so the
+parallel read must give way to a sequential one with the same verdict, error code and position. Text and
+JSON reports and exit statuses are compared byte for byte.
 
 usage: python3 parallel_differential.py NORMCHECK
 """
@@ -26,6 +27,10 @@ def tokens(rng, count, shape):
             out.append('"' + rng.gauss(0, 2).hex() + '"')
         elif shape == "short":
             out.append(f"{rng.gauss(0, 2):.6f}")
+        elif shape == "exp":
+            out.append(f"{rng.gauss(0, 2):.6e}")
+        elif shape == "int":
+            out.append(str(round(rng.gauss(0, 2) * 1000)))
         else:
             out.append(repr(rng.gauss(0, 2)))
     return out
@@ -54,6 +59,11 @@ def document(rng, shape="dec", ranks=4, per_rank=40000, microbatches=1, plant=No
             '"ranks": [\n' + ",\n".join(parts) + "\n]}\n")
 
 
+def with_first_rank(text, targets):
+    """`text` with a rank whose targets are `targets` listed first."""
+    return text.replace('"ranks": [\n', '"ranks": [\n{"targets": ' + targets + "},\n", 1)
+
+
 def main(normcheck):
     rng = random.Random(20261201)
     documents = {
@@ -73,6 +83,15 @@ def main(normcheck):
         "digit_limit_reached": document(rng, plant='"1e-9000"'),
         "expected_error_met": document(rng, plant="1.2.3").replace('"reducer"',
                                                                    '"expect_error": "bad_number", "reducer"'),
+        "regular_two_ranks_in_pieces": document(rng, ranks=2, per_rank=150000),
+        "regular_exp": document(rng, "exp", ranks=2),
+        "regular_int_in_pieces": document(rng, "int", ranks=2, per_rank=200000),
+        # A piece ends at the first comma 256 KiB on: these commas are the cut, and none separates two elements.
+        "trailing_comma_at_a_cut": with_first_rank(document(rng), "[1" + " " * 600000 + ",]"),
+        "empty_element_at_a_cut": with_first_rank(document(rng), "[1" + " " * 600000 + ",, 2]"),
+        "leading_comma_at_a_cut": with_first_rank(document(rng), "[" + " " * 600000 + ", 1]"),
+        "comma_inside_a_string_at_a_cut": with_first_rank(document(rng), '["1' + "1" * 600000 + ',2"]'),
+        "regular_spaced_at_a_cut": with_first_rank(document(rng), "[1" + " " * 600000 + ", 2]"),
     }
     regular = document(rng)
     documents["cut_off"] = regular[: len(regular) * 2 // 3]

@@ -33,6 +33,11 @@ struct reader_limits {
   std::uint64_t max_fraction_digits = 100'000;
 };
 
+/// Whether `c` belongs to a number token: `json_reader::number_text` takes every such character into one.
+constexpr bool is_number_char(char c) noexcept {
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
 /// The kind of the next JSON value.
 enum class json_kind { object, array, string, number, boolean, null };
 
@@ -82,6 +87,13 @@ public:
   /// Goes on after a value that was read elsewhere: the value at the current position ends just before
   /// `end`, an offset the caller found in the same text.
   void skip_to(std::uint64_t end) noexcept { pos_ = end; }
+  /// Goes on inside the innermost array after elements that were read elsewhere: the last of them ends just
+  /// before `end`, an offset the caller found in the same text (the current position: none were read).
+  void skip_elements_to(std::uint64_t end) noexcept {
+    if (end == pos_) return;
+    pos_ = end;
+    levels_.back().first = false;
+  }
   /// Requires that only whitespace follows the document.
   void finish();
 
