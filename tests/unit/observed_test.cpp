@@ -142,7 +142,8 @@ rc::Gen<std::string> component_texts() {
         return std::string(negative ? "-" : "") + "0x" + normcheck::integer(m).str(0, std::ios_base::hex) + "p" +
                std::to_string(e);
       },
-      rc::gen::arbitrary<bool>(), rc::gen::oneOf(rc::gen::arbitrary<std::uint64_t>(), rc::gen::inRange<std::uint64_t>(0, 64)),
+      rc::gen::arbitrary<bool>(),
+      rc::gen::oneOf(rc::gen::arbitrary<std::uint64_t>(), rc::gen::inRange<std::uint64_t>(0, 64)),
       rc::gen::inRange(-1100, 80));
   const auto decimal = rc::gen::apply([](std::int64_t m, int e) { return std::to_string(m) + "e" + std::to_string(e); },
                                       rc::gen::inRange<std::int64_t>(-1000, 1000), rc::gen::inRange(-5, 5));
