@@ -53,21 +53,26 @@ std::string objective_alternatives() { return objective_names.alternatives(); }
 std::vector<std::string_view> objective_spellings() { return objective_names.spellings(); }
 
 rational group_stats::mass() const {
-  // A group without sums is unweighted or holds no valid token: its mass is its count either way.
-  return weighted() ? sums->weighted->mass : rational(valid_tokens);
+  // A group without weights is unweighted or holds no valid token: its mass is its count either way.
+  return weighted() ? weighted_->mass.value() : rational(valid_tokens);
 }
 
-const rational& group_stats::zero() {
-  static const rational value;
-  return value;
+bool group_stats::same_tokens(const group_stats& other) const {
+  if (valid_tokens != other.valid_tokens || !(sum_ == other.sum_) || !(abs_sum_ == other.abs_sum_) ||
+      weighted_.has_value() != other.weighted_.has_value())
+    return false;
+  return !weighted_ ||
+         (weighted_->mass == other.weighted_->mass && weighted_->target_sum == other.weighted_->target_sum &&
+          weighted_->target_abs_sum == other.weighted_->target_abs_sum);
 }
 
-void group_stats::set_sums(target_sums values) {
-  if (values.sum == 0 && values.abs_sum == 0 && !values.weighted) {
-    sums = boxed<target_sums>();
-    return;
-  }
-  sums = std::move(values);
+void group_stats::set_sums(const target_sums& values) {
+  sum_ = compact_rational(values.sum);
+  abs_sum_ = compact_rational(values.abs_sum);
+  if (values.weighted)
+    weighted_ = compact_weighted{compact_rational(values.weighted->mass), compact_rational(values.weighted->target_sum),
+                                 compact_rational(values.weighted->target_abs_sum)};
+  else weighted_ = boxed<compact_weighted>();
 }
 
 std::uint64_t microbatch_stats::sequence_count() const {
@@ -87,7 +92,7 @@ microbatch_stats make_sequenced_microbatch(std::vector<group_stats> sequences) {
   for (const group_stats& s : sequences) {
     microbatch.valid_tokens = add_counts(microbatch.valid_tokens, s.valid_tokens);
     microbatch.padding = add_counts(microbatch.padding, s.padding);
-    if (!s.sums) continue;
+    if (!s.has_sums()) continue;
     sum.add(s.target_sum());
     abs_sum.add(s.target_abs_sum());
     if (s.weighted()) {
@@ -141,14 +146,14 @@ std::uint64_t rank_stats::padding() const {
 rational rank_stats::target_sum() const {
   tree_sum sums;
   for (const microbatch_stats& m : microbatches)
-    if (m.sums) sums.add(m.target_sum());
+    if (m.has_sums()) sums.add(m.target_sum());
   return sums.value();
 }
 
 rational rank_stats::weighted_target_sum() const {
   tree_sum sums;
   for (const microbatch_stats& m : microbatches)
-    if (m.sums) sums.add(m.weighted_target_sum());
+    if (m.has_sums()) sums.add(m.weighted_target_sum());
   return sums.value();
 }
 

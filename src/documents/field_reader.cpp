@@ -50,8 +50,16 @@ void exact_budget::note_denominator(const integer& denominator, const field_read
         offset);
 }
 
+std::uint64_t exact_budget::kept_bits(const rational& value) {
+  return bits(numerator(value)) + bits(denominator(value));
+}
+
 void exact_budget::note_kept(const rational& value, const field_reader& at, std::uint64_t offset) {
-  kept_bits_ += bits(numerator(value)) + bits(denominator(value));
+  note_kept_bits(kept_bits(value), at, offset);
+}
+
+void exact_budget::note_kept_bits(std::uint64_t value_bits, const field_reader& at, std::uint64_t offset) {
+  kept_bits_ += value_bits;
   if (kept_bits_ > bits_of_digits(limits_.max_exact_digits))
     at.fail(error_code::limit_exceeded,
             "the exact values the document keeps pass " + std::to_string(limits_.max_exact_digits) +
@@ -61,14 +69,16 @@ void exact_budget::note_kept(const rational& value, const field_reader& at, std:
             offset);
 }
 
-literal_parts field_reader::literal(std::string_view what) {
+field_reader::literal_text field_reader::exact_text(std::string_view what) {
   const std::uint64_t offset = value_offset();
   const json_kind kind = peek();
   if (kind != json_kind::number && kind != json_kind::string)
     fail_type(what, "an exact number (a JSON number, or a string such as \"-3/2\" or \"0x1.8p+1\")");
-  const literal_form form = kind == json_kind::number ? literal_form::json_number : literal_form::json_string;
-  return parse_at(kind == json_kind::number ? number_text() : string_value(), form, offset);
+  if (kind == json_kind::number) return {number_text(), literal_form::json_number, offset};
+  return {string_value(), literal_form::json_string, offset};
 }
+
+literal_parts field_reader::literal(std::string_view what) { return parse(exact_text(what)); }
 
 literal_parts field_reader::parse_at(std::string_view written, literal_form form, std::uint64_t offset) {
   try {

@@ -355,10 +355,10 @@ private:
       if (!first_weights_offset) first_weights_offset = weights_offset;
       read_weights(rank, *tokens_offset, *weights_offset, saw_microbatches);
       for (const microbatch_stats& m : rank.microbatches)
-        if (m.sums && m.sums->weighted) {
-          budget_.note_kept(m.sums->weighted->mass, json_, *weights_offset);
-          budget_.note_kept(m.sums->weighted->target_sum, json_, *weights_offset);
-          budget_.note_kept(m.sums->weighted->target_abs_sum, json_, *weights_offset);
+        if (m.weighted()) {
+          budget_.note_kept(m.mass(), json_, *weights_offset);
+          budget_.note_kept(m.weighted_target_sum(), json_, *weights_offset);
+          budget_.note_kept(m.weighted_target_abs_sum(), json_, *weights_offset);
         }
     } else if (!first_unweighted_rank) {
       first_unweighted_rank = offset;
@@ -702,9 +702,9 @@ private:
     builder.add_padding(padding);
     microbatch_stats stats = builder.finish();
     tally(stats, offset);
-    if (stats.sums) {
-      budget_.note_kept(stats.sums->sum, json_, value_offset);
-      budget_.note_kept(stats.sums->abs_sum, json_, value_offset);
+    if (stats.has_sums()) {
+      budget_.note_kept(stats.target_sum(), json_, value_offset);
+      budget_.note_kept(stats.target_abs_sum(), json_, value_offset);
     }
     return stats;
   }
@@ -897,9 +897,9 @@ private:
     }
     microbatch_stats stats = builder.finish();
     tally(stats, offset);
-    if (stats.sums) {  // what the microbatch keeps: its sums (an empty one keeps none)
-      budget_.note_kept(stats.sums->sum, json_, offset);
-      budget_.note_kept(stats.sums->abs_sum, json_, offset);
+    if (stats.has_sums()) {  // what the microbatch keeps: its sums (an empty one keeps none)
+      budget_.note_kept(stats.target_sum(), json_, offset);
+      budget_.note_kept(stats.target_abs_sum(), json_, offset);
     }
     return stats;
   }
@@ -963,9 +963,9 @@ private:
     for (const pooled_array& array : pooled_) {
       microbatch_stats stats = pool_->take(array.ticket);
       tally(stats, array.offset);
-      if (stats.sums) {
-        budget_.note_kept(stats.sums->sum, json_, 0);
-        budget_.note_kept(stats.sums->abs_sum, json_, 0);
+      if (stats.has_sums()) {
+        budget_.note_kept(stats.target_sum(), json_, 0);
+        budget_.note_kept(stats.target_abs_sum(), json_, 0);
       }
       file_.update.ranks[array.rank].microbatches[array.microbatch] = std::move(stats);
     }

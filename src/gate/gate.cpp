@@ -123,15 +123,20 @@ gate_result run_group_gate(const partition& update, const observed_result& obser
   result.checks.push_back(std::move(replicas));
   result.checks.push_back(check_denominators(update, observed));
 
-  group_judgement judgement = judge_groups(update, top, bounds);
+  // The top-level probe's measurement and every site's, judged together: what they share is found once.
+  std::vector<const group_measurement*> measurements{&top};
+  for (const group_measurement& site : observed.sites) measurements.push_back(&site);
+  std::vector<group_judgement> judgements = judge_groups(update, measurements, bounds);
+  group_judgement judgement = std::move(judgements.front());
   result.checks.push_back({"objective", judgement.matches_objective, judgement.detail});
   const bool resolvable = bounds.factor || bounds.explicit_tolerance;
 
-  for (const group_measurement& site : observed.sites) {
+  for (std::size_t k = 0; k < observed.sites.size(); ++k) {
+    const group_measurement& site = observed.sites[k];
     site_result& judged = result.sites.emplace_back();
     judged.name = site.site;
     if (site.from_per_rank) judged.replica_difference = replica_difference(site);
-    judged.judgement = judge_groups(update, site, bounds);
+    judged.judgement = std::move(judgements[k + 1]);
   }
   // A site is judged against p, not only against the objective: when the loss itself is normalized wrong,
   // every module carries p's wrong table, and that is one mistake (the objective check's), not one per module.

@@ -73,12 +73,32 @@ rational kept_non_negative(field_reader& in, std::string_view what) {
   return value;
 }
 
+// One group's component, appended to `values`: as read_observed_value reads it, but a float's value m·2⁻ᵏ
+// straight from its text into the vector, without a rational (a dump holds hundreds of thousands).
+void read_component(field_reader& in, observed_vector& values) {
+  const field_reader::literal_text text = in.exact_text("each group's value");
+  if (text.form == literal_form::json_string)
+    if (const std::optional<non_finite> special = non_finite_from_name(text.written)) {
+      values.push_back(*special);
+      return;
+    }
+  machine_literal fast;
+  if (scan_machine_literal(text.written, text.form, in.limits().numbers, fast))
+    if (const std::optional<std::uint64_t> bits = values.push_back(fast)) {
+      in.keep_bits(*bits, text.offset);
+      return;
+    }
+  rational value = to_rational(in.parse(text));
+  in.keep(value, text.offset);
+  values.push_back(value);
+}
+
 // A vector of observed values, one per group.
 observed_vector read_observed_vector(field_reader& in, std::string_view what) {
   if (in.peek() != json_kind::array) in.fail_type(what, "an array with one value per group of the update");
   in.begin_array();
   observed_vector values;
-  while (in.next_element()) values.push_back(read_observed_value(in, "each group's value"));
+  while (in.next_element()) read_component(in, values);
   return values;
 }
 
@@ -93,17 +113,11 @@ std::vector<observed_vector> read_observed_vectors(field_reader& in, std::string
   return ranks;
 }
 
-// One rank's value of the scalar probe: the sum of its vector's components (NaN or an infinity as it is).
+// One rank's value of the scalar probe: the sum of its vector's components (its first NaN or infinity as it is).
 observed_value summed(const observed_vector& components) {
-  tree_sum total;
-  std::optional<non_finite> special;
-  for (std::size_t i = 0; i < components.size(); ++i) {
-    const observed_value v = components[i];
-    if (const rational* number = std::get_if<rational>(&v)) total.add(*number);
-    else if (!special) special = std::get<non_finite>(v);
-  }
-  if (special) return *special;
-  return total.value();
+  for (std::size_t i = 0; i < components.size(); ++i)
+    if (!components.is_finite(i)) return components[i];
+  return components.finite_sum();
 }
 
 void write_explanations(json_writer& json, const std::vector<explanation>& list) {
@@ -157,20 +171,19 @@ std::string place_text(const weight_row& row, const partition& update) {
          std::to_string(row.where.microbatch) + (row.sequence ? ", seq " + std::to_string(row.where.group) : "");
 }
 
-// The weight table for a screen: one row per group, the first ones when there are many.
-void print_weights(std::ostream& out, const group_judgement& judgement, const partition& update,
-                   std::string_view indent) {
+// The weight table of `measurement` for a screen: one row per group, the first ones when there are many.
+void print_weights(std::ostream& out, const group_judgement& judgement, const group_measurement& measurement,
+                   const partition& update, std::string_view indent) {
   constexpr std::size_t shown_rows = 24;
-  const std::vector<weight_row>& rows = judgement.rows;
+  const std::vector<weight_row> rows = weight_rows(update, measurement, judgement, shown_rows);
   // The place column is as wide as its widest shown entry (a mesh's coordinates), at least 22.
   std::size_t place_width = 22;
   if (!update.mesh.empty())
-    for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i)
-      place_width = std::max(place_width, display_width(place_text(rows[i], update)));
+    for (const weight_row& row : rows) place_width = std::max(place_width, display_width(place_text(row, update)));
   out << indent << "weights per group (what the code gave a token, what the objective gives it):\n";
   out << indent << "  " << padded("group", 7) << " " << padded("place", place_width) << " " << padded("tokens", 7)
       << " " << padded("code", 26) << " " << padded("objective", 26) << " ratio\n";
-  for (std::size_t i = 0; i < rows.size() && i < shown_rows; ++i) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
     const weight_row& row = rows[i];
     out << indent << "  " << padded(std::to_string(i), 7) << " " << padded(place_text(row, update), place_width) << " "
         << padded(std::to_string(row.tokens), 7) << " "
@@ -178,16 +191,18 @@ void print_weights(std::ostream& out, const group_judgement& judgement, const pa
         << padded(weight_text(row.objective), 26) << " " << weight_text(row.ratio)
         << (row.within_bound ? "" : "  outside its bound") << (row.witness_agrees ? "" : "  varies inside") << "\n";
   }
+  const std::size_t kept = judgement.kept_rows();
   if (judgement.groups > shown_rows)
-    out << indent << "  … " << judgement.groups - std::min(rows.size(), shown_rows) << " more groups ("
-        << (judgement.groups <= rows.size() ? std::string("every one") : "the first " + std::to_string(rows.size()))
+    out << indent << "  … " << judgement.groups - std::min(kept, shown_rows) << " more groups ("
+        << (judgement.groups <= kept ? std::string("every one") : "the first " + std::to_string(kept))
         << " in --json)\n";
 }
 
 // The weight table as the text report prints it (lines without indent), for front ends that print it too.
-std::string weights_text(const group_judgement& judgement, const partition& update) {
+std::string weights_text(const group_judgement& judgement, const group_measurement& measurement,
+                         const partition& update) {
   std::ostringstream text;
-  print_weights(text, judgement, update, "");
+  print_weights(text, judgement, measurement, update, "");
   return text.str();
 }
 
@@ -195,7 +210,7 @@ std::string weights_text(const group_judgement& judgement, const partition& upda
 // against the objective's, the bound, the checks, the verdict, what explains it, the weight tables and the
 // sites. The text report prints it indented; the JSON report carries it as `gate.text`, which front ends
 // print as it is, so that every reader of a verdict reads one wording.
-std::string gate_text(const gate_result& gate, const partition_file& document) {
+std::string gate_text(const gate_result& gate, const observed_result& observed, const partition_file& document) {
   std::ostringstream out;
   out << "gate (" << dtype_name(gate.type)
       << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
@@ -215,8 +230,9 @@ std::string gate_text(const gate_result& gate, const partition_file& document) {
   if (gate.ratio)
     out << "  unexplained: observed / objective = " << on_screen(*gate.ratio) << " (≈ " << approximate(*gate.ratio)
         << "), no known mistake fits\n";
-  if (gate.groups) print_weights(out, *gate.groups, document.update, "  ");
-  for (const site_result& site : gate.sites) {
+  if (gate.groups) print_weights(out, *gate.groups, *observed.groups, document.update, "  ");
+  for (std::size_t k = 0; k < gate.sites.size(); ++k) {
+    const site_result& site = gate.sites[k];
     const bool agrees = !site.replica_difference && site.judgement.matches_objective;
     out << "  site " << printable(site.name) << ": "
         << (agrees      ? "weighs every group as the objective does"
@@ -227,18 +243,40 @@ std::string gate_text(const gate_result& gate, const partition_file& document) {
     if (site.replica_difference) out << "    " << shorten(*site.replica_difference, 400) << "\n";
     out << "    " << shorten(site.judgement.detail, 400) << "\n";
     print_explanations(out, "    ", "diagnosis:", site.judgement.diagnosis);
-    print_weights(out, site.judgement, document.update, "    ");
+    print_weights(out, site.judgement, observed.sites[k], document.update, "    ");
   }
   return out.str();
 }
 
-void write_weights(json_writer& json, const group_judgement& judgement, const partition& update) {
-  const std::vector<weight_row>& rows = judgement.rows;
+// `approximate` down one column of the weight table, remembered from the row before: the objective's weight
+// repeats down a table, and so do the code's weight and the ratio where groups repeat.
+class column_decimals {
+public:
+  const std::string& operator()(const rational& value) {
+    if (!last_ || *last_ != value) {
+      last_ = value;
+      text_ = approximate(value);
+    }
+    return text_;
+  }
+
+private:
+  std::optional<rational> last_;
+  std::string text_;
+};
+
+// The weight table in JSON: every row the judgement keeps.
+void write_weights(json_writer& json, const group_judgement& judgement, const group_measurement& measurement,
+                   const partition& update) {
   json.begin_object()
       .member("groups", static_cast<std::uint64_t>(judgement.groups))
-      .member("text", weights_text(judgement, update))
+      .member("text", weights_text(judgement, measurement, update))
       .key("rows")
       .begin_array();
+  const std::vector<weight_row> rows = weight_rows(update, measurement, judgement, judgement.kept_rows());
+  column_decimals code_decimal;
+  column_decimals objective_decimal;
+  column_decimals ratio_decimal;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const weight_row& row = rows[i];
     json.begin_object()
@@ -253,16 +291,16 @@ void write_weights(json_writer& json, const group_judgement& judgement, const pa
     json.member("tokens", row.tokens)
         .member("observed", to_string(row.observed))
         .member("code", row.code)
-        .member("code_decimal", row.code ? std::optional<std::string>(approximate(*row.code)) : std::nullopt)
+        .member("code_decimal", row.code ? std::optional<std::string>(code_decimal(*row.code)) : std::nullopt)
         .member("objective", row.objective)
-        .member("objective_decimal", approximate(row.objective))
+        .member("objective_decimal", objective_decimal(row.objective))
         .member("ratio", row.ratio)
-        .member("ratio_decimal", row.ratio ? std::optional<std::string>(approximate(*row.ratio)) : std::nullopt)
+        .member("ratio_decimal", row.ratio ? std::optional<std::string>(ratio_decimal(*row.ratio)) : std::nullopt)
         .member("within_bound", row.within_bound)
         .member("witness_agrees", row.witness_agrees)
         .end_object();
   }
-  json.end_array().member("omitted", static_cast<std::uint64_t>(judgement.groups - rows.size()));
+  json.end_array().member("omitted", static_cast<std::uint64_t>(judgement.groups - judgement.kept_rows()));
   json.end_object();
 }
 
@@ -631,7 +669,7 @@ void gate_section::judge(const partition_file& document, const gradient_set&, st
 
 void gate_section::print_text(std::ostream& out, const partition_file& document, const gradient_set&) const {
   if (!result_) return;
-  std::istringstream lines(gate_text(*result_, document));
+  std::istringstream lines(gate_text(*result_, *observed_, document));
   for (std::string line; std::getline(lines, line);) out << "      " << line << "\n";
   if (expectation_ && judged_expectation_held_)
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
@@ -651,7 +689,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       .member("bound_is_explicit", gate.bound_is_explicit)
       .member("rounding_depth", gate.rounding_depth)
       .member("in_words", in_words(gate.observed, gate.objective, document.update.objective))
-      .member("text", gate_text(gate, document))
+      .member("text", gate_text(gate, *observed_, document))
       .key("checks")
       .begin_array();
   for (const gate_check& check : gate.checks)
@@ -667,11 +705,12 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
   json.member("ratio", gate.ratio);
   if (gate.groups) {
     json.key("weights");
-    write_weights(json, *gate.groups, document.update);
+    write_weights(json, *gate.groups, *observed_->groups, document.update);
   }
   if (!gate.sites.empty()) {
     json.key("sites").begin_array();
-    for (const site_result& site : gate.sites) {
+    for (std::size_t k = 0; k < gate.sites.size(); ++k) {
+      const site_result& site = gate.sites[k];
       json.begin_object()
           .member("name", site.name)
           .member("matches_objective", site.judgement.matches_objective && !site.replica_difference)
@@ -682,7 +721,7 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       json.key("could_hide");
       write_explanations(json, site.judgement.could_hide);
       json.key("weights");
-      write_weights(json, site.judgement, document.update);
+      write_weights(json, site.judgement, observed_->sites[k], document.update);
       json.end_object();
     }
     json.end_array();

@@ -1,9 +1,11 @@
 #include "normcheck/gate/observed.hpp"
 
+#include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/names.hpp"
 
 #include <gmp.h>
 
+#include <bit>
 #include <limits>
 
 namespace normcheck {
@@ -54,6 +56,32 @@ void observed_vector::push_back(const observed_value& value) {
   cells_.push_back(c);
 }
 
+std::optional<std::uint64_t> observed_vector::push_back(const machine_literal& value) {
+  if (value.exp5 != 0 && value.significand != 0) return std::nullopt;  // a decimal fraction or power of ten
+  cell c;
+  std::uint64_t bits = 2;  // 0 is 0/1
+  if (value.significand != 0) {
+    // Canonical: an odd numerator over 2^k, or an integer over 1.
+    const int zeros = std::countr_zero(value.significand);  // < 64: the significand is not 0
+    const std::uint64_t odd = value.significand >> zeros;
+    const std::int64_t exponent = std::int64_t{value.exp2} + zeros;
+    const std::int64_t width = static_cast<std::int64_t>(std::bit_width(odd));
+    if (exponent >= 0) {
+      if (width + exponent > 63) return std::nullopt;
+      c.mantissa = static_cast<std::int64_t>(odd << exponent);
+      bits = static_cast<std::uint64_t>(width + exponent) + 1;
+    } else {
+      if (width > 63) return std::nullopt;
+      c.mantissa = static_cast<std::int64_t>(odd);
+      c.shift = static_cast<std::uint32_t>(-exponent);
+      bits = static_cast<std::uint64_t>(width) + c.shift + 1;
+    }
+    if (value.negative) c.mantissa = -c.mantissa;
+  }
+  cells_.push_back(c);
+  return bits;
+}
+
 observed_value observed_vector::operator[](std::size_t i) const {
   const cell& c = cells_[i];
   switch (c.kind) {
@@ -71,9 +99,9 @@ observed_value observed_vector::operator[](std::size_t i) const {
   return value;
 }
 
-bool observed_vector::same_at(std::size_t i, const observed_vector& other) const {
+bool observed_vector::same_at(std::size_t i, const observed_vector& other, std::size_t j) const {
   const cell& a = cells_[i];
-  const cell& b = other.cells_[i];
+  const cell& b = other.cells_[j];
   if (a.kind != b.kind) return false;
   if (a.kind == cell_kind::other)
     return others_[static_cast<std::size_t>(a.mantissa)] == other.others_[static_cast<std::size_t>(b.mantissa)];
@@ -85,6 +113,30 @@ std::vector<observed_value> observed_vector::values() const {
   out.reserve(size());
   for (std::size_t i = 0; i < size(); ++i) out.push_back((*this)[i]);
   return out;
+}
+
+rational observed_vector::finite_sum() const {
+  exact_sum dyadic;  // m·2⁻ᵏ as machine integers, added per scale
+  tree_sum others;
+  for (const cell& c : cells_) {
+    if (c.kind == cell_kind::other) {
+      others.add(others_[static_cast<std::size_t>(c.mantissa)]);
+    } else if (c.kind == cell_kind::dyadic) {
+      if (c.shift <= static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::max())) {
+        machine_literal term;
+        term.negative = c.mantissa < 0;
+        const std::uint64_t bits = static_cast<std::uint64_t>(c.mantissa);
+        term.significand = c.mantissa < 0 ? 0 - bits : bits;
+        term.exp2 = -static_cast<std::int32_t>(c.shift);
+        dyadic.add(term);
+      } else {
+        dyadic.add(std::get<rational>((*this)[static_cast<std::size_t>(&c - cells_.data())]));
+      }
+    }
+  }
+  rational total = dyadic.value();
+  if (!others.empty()) total += others.value();
+  return total;
 }
 
 bool operator==(const observed_vector& a, const observed_vector& b) {

@@ -14,60 +14,101 @@ namespace normcheck {
 
 namespace {
 
-// What the gate needs of one group, computed once: its derivative sums (at θ, with the probe's values and
-// with the witness's values 1, 2, …, n) and the magnitudes their bounds scale with.
-struct group_facts {
+// One group of the update, in group order: where it is and its tokens.
+struct group_place {
+  std::size_t index = 0;
   group_ref where;
-  bool sequence = false;
-  std::uint64_t tokens = 0;
+  const group_stats* stats = nullptr;
+  bool sequence = false;  // a declared sequence (else a whole microbatch)
+};
+
+// Calls `visit(place)` for each group of `update` in group order until it returns false; whether it never did.
+template <typename Visit>
+bool each_group(const partition& update, Visit&& visit) {
+  std::size_t index = 0;
+  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+    const rank_stats& rank = update.ranks[r];
+    for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+      const microbatch_stats& microbatch = rank.microbatches[m];
+      const bool sequence = microbatch.sequences.has_value();
+      for (std::size_t g = 0; g < microbatch.group_count(); ++g)
+        if (!visit(group_place{index++, {r, m, g}, &microbatch.group(g), sequence})) return false;
+    }
+  }
+  return true;
+}
+
+// The group at `index` in group order (index < update.group_count()).
+group_place place_at(const partition& update, std::size_t index) {
+  group_place found;
+  each_group(update, [&](const group_place& p) {
+    if (p.index != index) return true;
+    found = p;
+    return false;
+  });
+  return found;
+}
+
+// What a group's components are judged against: its derivative sums (at θ, with the probe's values and with
+// the witness's values 1, 2, …, n) and the magnitudes their bounds scale with. Computed from the group's sums
+// each time the group is read, never kept for every group: a dump of 2^17 groups would hold 55 MB of them.
+struct group_facts {
   rational derivative;          // D = m·θ − Σw·y
   rational magnitude;           // m·|θ| + Σw·|y|
   rational witness_derivative;  // n·θ − n(n+1)/2
   rational witness_magnitude;   // n·|θ| + n(n+1)/2
 };
 
-// Without a witness the witness's sums are left 0: nothing reads them.
-std::vector<group_facts> facts_of(const partition& update, bool with_witness) {
-  std::vector<group_facts> facts;
-  facts.reserve(update.group_count());
-  const rational theta_size = abs(update.theta);
-  for (std::size_t r = 0; r < update.ranks.size(); ++r) {
-    const rank_stats& rank = update.ranks[r];
-    for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
-      const microbatch_stats& microbatch = rank.microbatches[m];
-      for (std::size_t g = 0; g < microbatch.group_count(); ++g) {
-        const group_stats& group = microbatch.group(g);
-        group_facts f;
-        f.where = {r, m, g};
-        f.sequence = microbatch.sequences.has_value();
-        f.tokens = group.valid_tokens;
-        f.derivative = loss_gradient_sum(group, update.theta);
-        rational magnitude = theta_size * group.mass();
-        magnitude += group.weighted_target_abs_sum();
-        f.magnitude = std::move(magnitude);
-        if (!with_witness) {
-          facts.push_back(std::move(f));
-          continue;
-        }
-        const rational n{group.valid_tokens};
-        rational positions = n * (n + 1) / 2;  // Σ j for j = 1 … n
-        rational witness = n * update.theta;
-        witness -= positions;
-        f.witness_derivative = std::move(witness);
-        rational witness_magnitude = n * theta_size;
-        witness_magnitude += positions;
-        f.witness_magnitude = std::move(witness_magnitude);
-        facts.push_back(std::move(f));
-      }
-    }
-  }
-  return facts;
+// θ and |θ|, read once per judgement.
+struct parameter {
+  const rational& theta;
+  rational size;
+  bool zero;
+  explicit parameter(const rational& value) : theta(value), size(abs(value)), zero(value == 0) {}
+};
+
+// Σ j for j = 1 … n: the witness's target sum over a group of n valid tokens.
+rational positions_sum(std::uint64_t n) {
+  if (n < (std::uint64_t{1} << 32)) return rational(n % 2 == 0 ? n / 2 * (n + 1) : (n + 1) / 2 * n);
+  const rational count{n};
+  rational sum = count * (count + 1) / 2;
+  return sum;
 }
 
-// Rank 0's copy of one measurement.
+// Without a witness the witness's sums are left 0: nothing reads them.
+group_facts facts_of(const group_stats& group, const parameter& theta, bool with_witness) {
+  group_facts f;
+  if (theta.zero) {  // the probe's p = 0: D = −Σw·y, and the magnitude Σw·|y|
+    f.derivative = group.weighted_target_sum();
+    f.derivative.backend().negate();
+    f.magnitude = group.weighted_target_abs_sum();
+  } else {
+    f.derivative = loss_gradient_sum(group, theta.theta);
+    rational magnitude = theta.size * group.mass();
+    magnitude += group.weighted_target_abs_sum();
+    f.magnitude = std::move(magnitude);
+  }
+  if (!with_witness) return f;
+  rational positions = positions_sum(group.valid_tokens);
+  if (theta.zero) {
+    f.witness_derivative = -positions;
+    f.witness_magnitude = std::move(positions);
+    return f;
+  }
+  const rational n{group.valid_tokens};
+  rational witness = n * theta.theta;
+  witness -= positions;
+  f.witness_derivative = std::move(witness);
+  rational witness_magnitude = n * theta.size;
+  witness_magnitude += positions;
+  f.witness_magnitude = std::move(witness_magnitude);
+  return f;
+}
+
+// Rank 0's copy of one measurement, read in place.
 struct measured {
-  const std::vector<observed_value>* primary = nullptr;
-  const std::vector<observed_value>* witness = nullptr;  // absent: no witness
+  const observed_vector* primary = nullptr;
+  const observed_vector* witness = nullptr;  // absent: no witness
 };
 
 // How far a component may be from c·D: the explicit tolerance, or the error factor times |c|·magnitude.
@@ -94,12 +135,37 @@ bool component_fits(const observed_value& value, const rational& weight, const r
 }
 
 // Whether group g's components are those of the weight `weight`.
-bool group_fits(std::size_t g, const rational& weight, const std::vector<group_facts>& facts, const measured& m,
+bool group_fits(std::size_t g, const rational& weight, const group_facts& f, const measured& m,
                 const group_bounds& bounds) {
-  const group_facts& f = facts[g];
   if (!component_fits((*m.primary)[g], weight, f.derivative, f.magnitude, bounds)) return false;
   return !m.witness || component_fits((*m.witness)[g], weight, f.witness_derivative, f.witness_magnitude, bounds);
 }
+
+// The verdict of the group judged last, for the next group that repeats it: the same valid tokens and sums, the
+// same weight and the same components have the same verdict (a dump of one-token sequences repeats one group
+// throughout), found without a rational operation.
+class repeated_verdict {
+public:
+  bool fits(const group_place& p, const rational& weight, const parameter& theta, const measured& m,
+            const group_bounds& bounds) {
+    if (last_ && p.stats->same_tokens(*last_->stats) && weight == last_->weight &&
+        m.primary->same_at(p.index, *m.primary, last_->index) &&
+        (!m.witness || m.witness->same_at(p.index, *m.witness, last_->index)))
+      return last_->fits;
+    const bool fits = group_fits(p.index, weight, facts_of(*p.stats, theta, m.witness != nullptr), m, bounds);
+    last_ = verdict{p.stats, p.index, weight, fits};
+    return fits;
+  }
+
+private:
+  struct verdict {
+    const group_stats* stats;
+    std::size_t index;
+    rational weight;
+    bool fits;
+  };
+  std::optional<verdict> last_;
+};
 
 // A table of delivered weights read group by group, so that a candidate that differs from the observation
 // is dropped at its first differing group: a normalization in some objective's units, times a factor, and
@@ -127,6 +193,13 @@ public:
 
   /// Whether every group of a unit weighs the unit's coefficient (no factor of its own).
   bool uniform_in_units() const { return units_.objective() != objective_kind::sequence_mean && !ratio_; }
+  /// Whether the group at `where` weighs its unit's coefficient: the table is uniform in its units, or the
+  /// group's own factor is 1 (a sequence of one token under the sequence mean).
+  bool weighs_coefficient(const group_ref& where) const {
+    return uniform_in_units() || (!ratio_ && group_of(where).valid_tokens == 1);
+  }
+  /// Whether every group of a microbatch weighs the same: uniform in units no finer than a microbatch.
+  bool uniform_in_microbatches() const { return uniform_in_units() && normalization_->level != scope::group; }
 
   /// The coefficient of the unit holding the group at `where` (its weight, when uniform_in_units()).
   const std::optional<rational>& unit_coefficient(const group_ref& where) const {
@@ -185,25 +258,36 @@ private:
   mutable std::optional<std::pair<unit_key, std::optional<rational>>> cached_;
 };
 
+// What a judgement reads of the update: the groups, θ, the bounds.
+struct judged_update {
+  const partition& update;
+  parameter theta;
+  group_bounds bounds;
+};
+
 // Whether a table accounts for every component (each within its bound), read until its first difference.
-bool table_fits(const lazy_table& table, const std::vector<group_facts>& facts, const measured& m,
-                const group_bounds& bounds) {
-  for (std::size_t g = 0; g < facts.size(); ++g) {
-    const std::optional<rational> w = table.at(facts[g].where);
-    if (!w || !group_fits(g, *w, facts, m, bounds)) return false;
-  }
-  return true;
+bool table_fits(const lazy_table& table, const judged_update& u, const measured& m) {
+  repeated_verdict verdicts;
+  return each_group(u.update, [&](const group_place& p) {
+    const std::optional<rational> w = table.at(p.where);
+    return w && verdicts.fits(p, *w, u.theta, m, u.bounds);
+  });
 }
 
-// Whether two tables give every group the same weight (read until their first difference): candidates that
-// coincide on this update are named once, without holding either table.
-bool same_table(const lazy_table& a, const lazy_table& b, const std::vector<group_facts>& facts) {
-  const bool by_unit = a.uniform_in_units() && b.uniform_in_units();
-  for (const group_facts& f : facts) {
-    if (by_unit ? a.unit_coefficient(f.where) != b.unit_coefficient(f.where) : a.at(f.where) != b.at(f.where))
-      return false;
+// Whether two tables give every group of `update` the same weight (read until their first difference):
+// candidates that coincide on this update are named once, without holding either table.
+bool same_table(const lazy_table& a, const lazy_table& b, const partition& update) {
+  if (a.uniform_in_microbatches() && b.uniform_in_microbatches()) {  // one comparison a microbatch
+    for (std::size_t r = 0; r < update.ranks.size(); ++r)
+      for (std::size_t m = 0; m < update.ranks[r].microbatches.size(); ++m)
+        if (a.unit_coefficient({r, m, 0}) != b.unit_coefficient({r, m, 0})) return false;
+    return true;
   }
-  return true;
+  return each_group(update, [&](const group_place& p) {
+    if (a.weighs_coefficient(p.where) && b.weighs_coefficient(p.where))  // compared in place, not copied
+      return a.unit_coefficient(p.where) == b.unit_coefficient(p.where);
+    return a.at(p.where) == b.at(p.where);
+  });
 }
 
 // A factor in the update's own terms, W^w · G^g · CP^s · constant (CP the sequence dimensions' size), so
@@ -226,16 +310,10 @@ struct candidate {
   std::string base;
   factor_form factor;
   bool free = false;  // times a number that names nothing in W or G (a window, a bare factor): fits anything
+  // The table as a class of equal tables of this update times a factor: candidates with the same class and
+  // factor have the same table, and their totals are the class's times the factor (absent: unknown).
+  std::optional<std::pair<std::size_t, rational>> same_as;
 };
-
-// Whether two tables agree on every group of `update` (the groups of an update other than the measured one).
-bool same_table_on(const lazy_table& a, const lazy_table& b, const partition& update) {
-  for (std::size_t r = 0; r < update.ranks.size(); ++r)
-    for (std::size_t m = 0; m < update.ranks[r].microbatches.size(); ++m)
-      for (std::size_t g = 0; g < update.ranks[r].microbatches[m].group_count(); ++g)
-        if (a.at({r, m, g}) != b.at({r, m, g})) return false;
-  return true;
-}
 
 // The best rational approximation of x with a denominator of at most `most` (continued fractions).
 rational nearest_simple(const rational& x, std::uint64_t most) {
@@ -261,28 +339,48 @@ rational nearest_simple(const rational& x, std::uint64_t most) {
 }
 
 // The group measured most precisely: the largest derivative sum with a finite observation.
-std::optional<std::size_t> anchor_group(const std::vector<group_facts>& facts, const measured& m) {
+std::optional<std::size_t> anchor_group(const judged_update& u, const measured& m) {
   std::optional<std::size_t> best;
   rational largest;
-  for (std::size_t g = 0; g < facts.size(); ++g) {
-    if (!std::holds_alternative<rational>((*m.primary)[g])) continue;
-    rational size = abs(facts[g].derivative);
+  const group_stats* last = nullptr;  // the group whose size was computed last
+  each_group(u.update, [&](const group_place& p) {
+    if (!m.primary->is_finite(p.index)) return true;
+    if (last && p.stats->same_tokens(*last)) return true;  // as large as that one, which was no larger
+    last = p.stats;
+    rational size = abs(loss_gradient_sum(*p.stats, u.theta.theta));
     if (size > largest) {
       largest = std::move(size);
-      best = g;
+      best = p.index;
     }
-  }
+    return true;
+  });
   return best;
 }
 
+// The group most precisely measured, found once a fit asks for it.
+class anchor {
+public:
+  anchor(const judged_update& u, const measured& m) : u_(u), m_(m) {}
+  const std::optional<std::size_t>& group() const {
+    if (!found_) found_ = anchor_group(u_, m_);
+    return *found_;
+  }
+
+private:
+  const judged_update& u_;
+  const measured& m_;
+  mutable std::optional<std::optional<std::size_t>> found_;
+};
+
 // The factor λ that the observation suggests for `table` (observed / predicted at the anchor group).
-std::optional<rational> suggested_factor(const lazy_table& table, const std::vector<group_facts>& facts,
-                                         const measured& m, std::optional<std::size_t> anchor) {
-  if (!anchor) return std::nullopt;
-  const std::optional<rational> w = table.at(facts[*anchor].where);
+std::optional<rational> suggested_factor(const lazy_table& table, const judged_update& u, const measured& m,
+                                         const anchor& at) {
+  if (!at.group()) return std::nullopt;
+  const group_place p = place_at(u.update, *at.group());
+  const std::optional<rational> w = table.at(p.where);
   if (!w || *w == 0) return std::nullopt;
-  rational predicted = *w * facts[*anchor].derivative;
-  rational factor = std::get<rational>((*m.primary)[*anchor]) / predicted;
+  rational predicted = *w * loss_gradient_sum(*p.stats, u.theta.theta);
+  rational factor = std::get<rational>((*m.primary)[p.index]) / predicted;
   return factor;
 }
 
@@ -400,7 +498,8 @@ std::vector<candidate> candidates_of(const partition& update) {
   auto add = [&](std::string name, objective_kind objective, const normalization& n) {
     mistake_words words = table_mistake_words(name, update);
     std::string base = name;
-    out.push_back({std::move(name), lazy_table(update, objective, n), std::move(words), std::move(base), {}});
+    out.push_back(
+        {std::move(name), lazy_table(update, objective, n), std::move(words), std::move(base), {}, false, {}});
   };
   for (const normalization& n : report_normalizations()) {
     if (n.objective_itself || n.name == correct) continue;
@@ -429,27 +528,29 @@ std::vector<candidate> candidates_of(const partition& update) {
 // Geometric weights along the microbatch order: microbatch m of a rank of G weighs a^(G−1−m) times what
 // `base` gives it, the accumulated buffer having been rescaled by a after every microbatch. `a` is read off
 // the first rank of three or more microbatches and tried as the simplest nearby fraction.
-std::optional<candidate> geometric_fit(const candidate& base, const partition& update,
-                                       const std::vector<group_facts>& facts, const measured& m,
-                                       const group_bounds& bounds, std::optional<std::size_t> anchor) {
+std::optional<candidate> geometric_fit(const candidate& base, const judged_update& u, const measured& m,
+                                       const anchor& at) {
+  const partition& update = u.update;
   std::optional<std::size_t> rank;
   for (std::size_t r = 0; r < update.ranks.size() && !rank; ++r)
     if (update.ranks[r].microbatches.size() >= 3) rank = r;
   if (!rank) return std::nullopt;
   // observed / base for the first group of each of that rank's microbatches, in order.
   std::vector<std::optional<rational>> ratios;
-  for (std::size_t g = 0; g < facts.size(); ++g) {
-    const group_facts& f = facts[g];
-    if (f.where.rank != *rank || f.where.group != 0) continue;
-    const rational* number = std::get_if<rational>(&(*m.primary)[g]);
-    const std::optional<rational> w = base.table.at(f.where);
-    if (!number || !w || *w == 0 || f.derivative == 0) {
+  each_group(update, [&](const group_place& p) {
+    if (p.where.rank != *rank || p.where.group != 0) return true;
+    const observed_value value = (*m.primary)[p.index];
+    const rational* number = std::get_if<rational>(&value);
+    const std::optional<rational> w = base.table.at(p.where);
+    const rational derivative = loss_gradient_sum(*p.stats, u.theta.theta);
+    if (!number || !w || *w == 0 || derivative == 0) {
       ratios.emplace_back();
-      continue;
+      return true;
     }
-    rational ratio = *number / (*w * f.derivative);
+    rational ratio = *number / (*w * derivative);
     ratios.emplace_back(std::move(ratio));
-  }
+    return true;
+  });
   std::optional<rational> a;
   for (std::size_t i = ratios.size(); i-- > 1;)
     if (ratios[i] && ratios[i - 1] && *ratios[i] != 0) {
@@ -458,31 +559,33 @@ std::optional<candidate> geometric_fit(const candidate& base, const partition& u
     }
   if (!a || *a == 1 || *a <= 0) return std::nullopt;
   const lazy_table weighted = base.table.geometric(*a);
-  const std::optional<rational> factor = suggested_factor(weighted, facts, m, anchor);
+  const std::optional<rational> factor = suggested_factor(weighted, u, m, at);
   if (!factor) return std::nullopt;
   const rational lambda = nearest_simple(*factor, 64);
   if (lambda <= 0) return std::nullopt;
   lazy_table fitted = weighted.scaled(lambda);
-  if (!table_fits(fitted, facts, m, bounds)) return std::nullopt;
+  if (!table_fits(fitted, u, m)) return std::nullopt;
   mistake_words words = table_mistake_words("geometric", update);
   words.computed += " (each microbatch weighs " + to_string(*a) + " times the next one, relative to " + base.name +
                     (lambda == 1 ? "" : ", times " + to_string(lambda)) + ")";
-  return candidate{"geometric", std::move(fitted), std::move(words), {}, {}, true};
+  return candidate{"geometric", std::move(fitted), std::move(words), {}, {}, true, {}};
 }
 
 // `base` times the simplest factor the observation suggests, if that accounts for every component: one
 // candidate for each name of the factor (`named_only`: only names in W and G, not windows or bare numbers).
-std::vector<candidate> factor_fits(const candidate& base, const partition& update,
-                                   const std::vector<group_facts>& facts, const measured& m, const group_bounds& bounds,
-                                   std::optional<std::size_t> anchor, bool named_only = false) {
-  const std::optional<rational> suggested = suggested_factor(base.table, facts, m, anchor);
+// `tried` holds whether that fits where a table equal to base's was tried already (the factor is then the same).
+std::vector<candidate> factor_fits(const candidate& base, const judged_update& u, const measured& m, const anchor& at,
+                                   std::optional<bool>& tried, bool named_only = false) {
+  const partition& update = u.update;
+  const std::optional<rational> suggested = suggested_factor(base.table, u, m, at);
   if (!suggested || *suggested <= 0) return {};
   const rational factor = nearest_simple(*suggested, 64);
   if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return {};
   const std::vector<factor_label> labels = labels_of(factor, update);
   if (named_only && !labels.front().named) return {};
   lazy_table table = base.table.scaled(factor);
-  if (!table_fits(table, facts, m, bounds)) return {};
+  if (!tried) tried = table_fits(table, u, m);
+  if (!*tried) return {};
   std::vector<candidate> out;
   for (const factor_label& label : labels) {
     std::string name = base.name + label.text;
@@ -506,44 +609,105 @@ std::vector<candidate> factor_fits(const candidate& base, const partition& updat
     form.s += base.factor.s;
     form.t += base.factor.t;
     form.constant *= base.factor.constant;
-    out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), !label.named});
+    std::optional<std::pair<std::size_t, rational>> same_as;
+    if (base.same_as) same_as.emplace(base.same_as->first, base.same_as->second * factor);
+    out.push_back(
+        {std::move(name), table, std::move(words), base.base, std::move(form), !label.named, std::move(same_as)});
   }
   return out;
 }
 
-explanation explain(const candidate& c, const std::vector<group_facts>& facts, const std::string& instead) {
+// Σ_g weight_g·D_g over every group: what the computation a table describes yields on the update. A run of
+// groups with the same weight and the same sums adds one term times its length.
+rational table_total(const lazy_table& table, const judged_update& u) {
   tree_sum total;
-  for (const group_facts& f : facts) total.add(c.table.at(f.where).value_or(rational(0)) * f.derivative);
-  return {c.name, total.value(), std::nullopt, c.words.computed, c.words.why_wrong, instead, {}};
+  const group_stats* run = nullptr;
+  rational weight;
+  std::uint64_t length = 0;
+  auto add_run = [&] {
+    if (length == 0) return;
+    rational term = weight * loss_gradient_sum(*run, u.theta.theta);
+    if (length > 1) term *= length;
+    total.add(std::move(term));
+  };
+  const rational zero;
+  each_group(u.update, [&](const group_place& p) {
+    if (run && p.stats->same_tokens(*run) && table.weighs_coefficient(p.where)) {
+      const std::optional<rational>& c = table.unit_coefficient(p.where);
+      if ((c ? *c : zero) == weight) {
+        ++length;
+        return true;
+      }
+    }
+    add_run();
+    run = p.stats;
+    weight = table.at(p.where).value_or(rational(0));
+    length = 1;
+    return true;
+  });
+  add_run();
+  return total.value();
 }
 
-// The groups whose witness shows weights that vary inside them: the witness is not the measured weight
-// times the witness's derivative sum. Each group is judged with its own measured weight.
-std::vector<std::size_t> varying_groups(const std::vector<group_facts>& facts, const measured& m,
-                                        const group_bounds& bounds) {
+// The groups among the first `limit` whose witness shows weights that vary inside them: the witness is not
+// the measured weight times the witness's derivative sum. Each group is judged with its own measured weight.
+std::vector<std::size_t> varying_groups(const judged_update& u, const measured& m, std::size_t limit) {
   std::vector<std::size_t> varying;
   if (!m.witness) return varying;
-  for (std::size_t g = 0; g < facts.size(); ++g) {
-    const group_facts& f = facts[g];
-    const rational* primary = std::get_if<rational>(&(*m.primary)[g]);
-    const rational* witness = std::get_if<rational>(&(*m.witness)[g]);
-    if (!primary || !witness || f.derivative == 0 || f.tokens < 2) continue;
-    const rational weight = *primary / f.derivative;
-    const std::optional<rational> primary_allowed = allowance(weight, *primary, f.magnitude, bounds);
+  each_group(u.update, [&](const group_place& p) {
+    if (p.index >= limit) return false;
+    const std::size_t g = p.index;
+    if (p.stats->valid_tokens < 2 || !m.primary->is_finite(g) || !m.witness->is_finite(g)) return true;
+    const group_facts f = facts_of(*p.stats, u.theta, true);
+    if (f.derivative == 0) return true;
+    const rational primary = std::get<rational>((*m.primary)[g]);
+    const rational witness = std::get<rational>((*m.witness)[g]);
+    const rational weight = primary / f.derivative;
+    const std::optional<rational> primary_allowed = allowance(weight, primary, f.magnitude, u.bounds);
     const std::optional<rational> witness_allowed =
-        allowance(weight, weight * f.witness_derivative, f.witness_magnitude, bounds);
-    if (!primary_allowed || !witness_allowed) continue;
+        allowance(weight, weight * f.witness_derivative, f.witness_magnitude, u.bounds);
+    if (!primary_allowed || !witness_allowed) return true;
     // The measured weight is uncertain by primary_allowed/|D|, which the witness carries times |D'|.
     rational allowed = *witness_allowed + *primary_allowed * abs(f.witness_derivative) / abs(f.derivative);
-    const rational distance = abs(*witness - weight * f.witness_derivative);
+    const rational distance = abs(witness - weight * f.witness_derivative);
     if (distance > allowed) varying.push_back(g);
-  }
+    return true;
+  });
   return varying;
 }
 
-std::string place_of(const group_facts& f, const partition& update) {
-  return "rank " + std::to_string(update.listed_rank(f.where.rank)) + ", microbatch " +
-         std::to_string(f.where.microbatch) + (f.sequence ? ", sequence " + std::to_string(f.where.group) : "");
+std::string place_of(const group_place& p, const partition& update) {
+  return "rank " + std::to_string(update.listed_rank(p.where.rank)) + ", microbatch " +
+         std::to_string(p.where.microbatch) + (p.sequence ? ", sequence " + std::to_string(p.where.group) : "");
+}
+
+// Group p's row of the weight table, but for its verdicts: its component, the weight the code gave it
+// (observed / D) and the objective's.
+weight_row row_of(const group_place& p, const rational& derivative, const observed_vector& primary,
+                  const rational& objective) {
+  weight_row row;
+  row.where = p.where;
+  row.sequence = p.sequence;
+  row.tokens = p.stats->valid_tokens;
+  row.observed = primary[p.index];
+  row.objective = objective;
+  if (const rational* number = std::get_if<rational>(&row.observed); number && derivative != 0) {
+    rational code = *number / derivative;
+    if (row.objective != 0) {
+      rational ratio = code / row.objective;
+      row.ratio = std::move(ratio);
+    }
+    row.code = std::move(code);
+  }
+  return row;
+}
+
+// The sum of a measurement's finite components, or its last NaN or infinity: what an account that is no
+// computation shows as its value.
+observed_value observed_total(const observed_vector& components) {
+  for (std::size_t g = components.size(); g-- > 0;)
+    if (!components.is_finite(g)) return components[g];
+  return components.finite_sum();
 }
 
 }  // namespace
@@ -553,17 +717,12 @@ std::vector<weight_candidate> weight_candidates(const partition& update) {
   for (candidate& c : candidates_of(update)) {
     // The whole table, group by group; a candidate undefined somewhere is no computation of this update.
     std::vector<rational> weights;
-    bool defined = true;
-    for (std::size_t r = 0; r < update.ranks.size() && defined; ++r)
-      for (std::size_t m = 0; m < update.ranks[r].microbatches.size() && defined; ++m)
-        for (std::size_t g = 0; g < update.ranks[r].microbatches[m].group_count(); ++g) {
-          std::optional<rational> w = c.table.at({r, m, g});
-          if (!w) {
-            defined = false;
-            break;
-          }
-          weights.push_back(std::move(*w));
-        }
+    const bool defined = each_group(update, [&](const group_place& p) {
+      std::optional<rational> w = c.table.at(p.where);
+      if (!w) return false;
+      weights.push_back(std::move(*w));
+      return true;
+    });
     if (defined) out.push_back({std::move(c.name), std::move(weights)});
   }
   return out;
@@ -603,12 +762,61 @@ std::optional<lazy_table> table_on(const candidate& c, const nearby_tables& ther
   return std::nullopt;
 }
 
+// What every measurement of one update shares: the objective's table, the candidates, which of their tables
+// coincide (on one rank every candidate is the objective), and what each candidate sums to, found once.
+struct shared_judgement {
+  judged_update u;
+  lazy_table objective_table;
+  std::vector<candidate> candidates;
+  std::vector<std::size_t> first_alike;  // per candidate: the first candidate with its table (itself for none)
+  std::vector<bool> objective_alike;     // per candidate: its table is the objective's
+  std::string instead;
+  mutable std::vector<std::optional<rational>> totals;  // per class of equal tables: table_total, once asked
+
+  shared_judgement(const partition& update, const group_bounds& bounds)
+      : u{update, parameter(update.theta), bounds},
+        objective_table(update, update.objective, normalization_of(strategy::global_mean)),
+        candidates(candidates_of(update)),
+        instead(correct_instead(update)),
+        totals(candidates.size() + 1) {
+    for (std::size_t c = 0; c < candidates.size(); ++c) {
+      std::size_t first = c;
+      for (std::size_t k = 0; k < c && first == c; ++k)
+        if (first_alike[k] == k && same_table(candidates[k].table, candidates[c].table, update)) first = k;
+      first_alike.push_back(first);
+      objective_alike.push_back(first == c ? same_table(objective_table, candidates[c].table, update)
+                                           : objective_alike[first]);
+      candidates[c].same_as.emplace(table_class(c), rational(1));
+    }
+  }
+
+  // Candidate c's class of equal tables: the first candidate with its table, or candidates.size() for the
+  // objective's.
+  std::size_t table_class(std::size_t c) const { return objective_alike[c] ? candidates.size() : first_alike[c]; }
+
+  // The explanation `c` gives: its name and words, and what it yields on this update (Σ weight·D, once per
+  // class of equal tables).
+  explanation explain(const candidate& c) const {
+    rational total;
+    if (c.same_as) {
+      const std::size_t k = c.same_as->first;
+      if (!totals[k]) totals[k] = table_total(k < candidates.size() ? candidates[k].table : objective_table, u);
+      total = *totals[k] * c.same_as->second;
+    } else {
+      total = table_total(c.table, u);
+    }
+    return {c.name, std::move(total), std::nullopt, c.words.computed, c.words.why_wrong, instead, {}};
+  }
+
+  std::vector<explanation> explained(const std::vector<const candidate*>& fits) const;
+};
+
 // The explanations of a failure, in rank order. A fit that gives every group of this update and of every
 // nearby update the weights an earlier fit gives is that computation in other words, and is left out, as is
 // a free factor or a repeated name on an earlier fit's table; one that agrees with an earlier fit on this
 // update only is kept, and both name the change that tells them apart.
-std::vector<explanation> explained(const std::vector<const candidate*>& fits, const partition& update,
-                                   const std::vector<group_facts>& facts, const std::string& instead) {
+std::vector<explanation> shared_judgement::explained(const std::vector<const candidate*>& fits) const {
+  const partition& update = u.update;
   std::vector<explanation> out;
   std::vector<const candidate*> kept;
   // Made once, and only when two fits agree here; each held in place, since its tables point into it.
@@ -618,7 +826,8 @@ std::vector<explanation> explained(const std::vector<const candidate*>& fits, co
     bool same_computation = false;
     std::vector<std::pair<std::size_t, std::string>> alike;
     for (std::size_t k = 0; k < kept.size() && !same_computation; ++k) {
-      if (!same_table(kept[k]->table, c->table, facts)) continue;
+      const bool known_same = kept[k]->same_as && c->same_as && *kept[k]->same_as == *c->same_as;
+      if (!known_same && !same_table(kept[k]->table, c->table, update)) continue;
       // A free factor that lands on an earlier fit's table, or the same name again, adds no explanation.
       if (c->free || c->name == kept[k]->name) {
         same_computation = true;
@@ -641,7 +850,7 @@ std::vector<explanation> explained(const std::vector<const candidate*>& fits, co
         const std::optional<lazy_table> b = table_on(*c, *there);
         if (!a || !b) {
           comparable = false;
-        } else if (!same_table_on(*a, *b, there->nearby.update)) {
+        } else if (!same_table(*a, *b, there->nearby.update)) {
           change = there->nearby.change;
           break;
         }
@@ -650,7 +859,7 @@ std::vector<explanation> explained(const std::vector<const candidate*>& fits, co
       else if (comparable) same_computation = true;
     }
     if (same_computation) continue;
-    explanation e = explain(*c, facts, instead);
+    explanation e = explain(*c);
     for (const auto& [k, change] : alike) {
       e.alike.push_back({kept[k]->name, change});
       out[k].alike.push_back({c->name, change});
@@ -661,102 +870,65 @@ std::vector<explanation> explained(const std::vector<const candidate*>& fits, co
   return out;
 }
 
-}  // namespace
-
-group_judgement judge_groups(const partition& update, const group_measurement& measurement,
-                             const group_bounds& bounds) {
+// Rank 0's copy of `measurement` judged against the update's objective, and fitted when it differs.
+group_judgement judged(const shared_judgement& s, const group_measurement& measurement) {
+  const judged_update& u = s.u;
+  const partition& update = u.update;
+  const group_bounds& bounds = u.bounds;
   group_judgement result;
-  // The measurement judged now, as values; every other one stays compact meanwhile.
-  const std::vector<observed_value> primary = measurement.per_rank.front().values();
-  const std::vector<observed_value> witness =
-      measurement.witness.empty() ? std::vector<observed_value>() : measurement.witness.front().values();
-  const measured m{&primary, measurement.witness.empty() ? nullptr : &witness};
-  const std::vector<group_facts> facts = facts_of(update, m.witness != nullptr);
-  const objective_units units(update, update.objective);
-  const lazy_table objective_table(update, update.objective, normalization_of(strategy::global_mean));
-  const std::optional<std::size_t> anchor = anchor_group(facts, m);
+  // Rank 0's copy, read in place: a component becomes a rational only while its group is judged.
+  const measured m{&measurement.per_rank.front(), measurement.witness.empty() ? nullptr : &measurement.witness.front()};
+  const anchor at(u, m);
 
-  // Every group is judged; the first kept_weight_rows of them are kept as rows for the reports, and the
-  // first one outside its bound for the detail.
+  // Every group is judged; of the first kept_weight_rows of them the verdicts are kept for the reports' rows,
+  // and the first one outside its bound is described in the detail.
   std::size_t outside = 0;
-  std::optional<std::size_t> first_outside;
+  std::optional<group_place> first_outside;
   std::optional<weight_row> worst;
   bool objective_defined = true;
-  result.groups = facts.size();
-  result.rows.reserve(std::min(facts.size(), kept_weight_rows));
-  for (std::size_t g = 0; g < facts.size(); ++g) {
-    const group_facts& f = facts[g];
-    const std::optional<rational> defined = objective_table.at(f.where);
+  result.groups = update.group_count();
+  const std::size_t kept = std::min(result.groups, kept_weight_rows);
+  result.row_within_bound.reserve(kept);
+  repeated_verdict verdicts;
+  each_group(update, [&](const group_place& p) {
+    const std::optional<rational> defined = s.objective_table.at(p.where);
     objective_defined = objective_defined && defined.has_value();
     const rational objective = defined.value_or(rational(0));
-    const bool within_bound = group_fits(g, objective, facts, m, bounds);
+    const bool within_bound = verdicts.fits(p, objective, u.theta, m, bounds);
     outside += within_bound ? 0 : 1;
-    const bool kept = g < kept_weight_rows;
-    if (!kept && (within_bound || first_outside)) continue;
-    weight_row row;
-    row.where = f.where;
-    row.sequence = f.sequence;
-    row.tokens = f.tokens;
-    row.observed = (*m.primary)[g];
-    row.objective = objective;
-    if (const rational* number = std::get_if<rational>(&row.observed); number && f.derivative != 0) {
-      rational code = *number / f.derivative;
-      if (row.objective != 0) {
-        rational ratio = code / row.objective;
-        row.ratio = std::move(ratio);
-      }
-      row.code = std::move(code);
-    }
-    row.within_bound = within_bound;
+    if (p.index < kept) result.row_within_bound.push_back(within_bound);
     if (!within_bound && !first_outside) {
-      first_outside = g;
-      worst = row;
+      first_outside = p;
+      worst = row_of(p, loss_gradient_sum(*p.stats, update.theta), *m.primary, objective);
     }
-    if (kept) result.rows.push_back(std::move(row));
-  }
-  for (std::size_t g : varying_groups(facts, m, bounds))
-    if (g < result.rows.size()) result.rows[g].witness_agrees = false;
+    return true;
+  });
+  result.row_witness_agrees.assign(kept, true);
+  for (std::size_t g : varying_groups(u, m, kept)) result.row_witness_agrees[g] = false;
   result.matches_objective = outside == 0 && (bounds.factor || bounds.explicit_tolerance);
 
-  const std::string instead = correct_instead(update);
-  const std::vector<candidate> candidates = candidates_of(update);
-  // What an account that is no computation shows as its value: the observation itself, summed over the groups.
-  observed_value observed_total = rational(0);
-  {
-    tree_sum total;
-    for (const observed_value& v : *m.primary) {
-      if (const rational* number = std::get_if<rational>(&v)) total.add(*number);
-      else observed_total = v;
-    }
-    if (std::holds_alternative<rational>(observed_total)) observed_total = total.value();
-  }
   // The exact candidates that fit, in their order. Many coincide on an update (on one rank, every one is
-  // the objective): a table equal to one already judged, the objective's included, has its result without
+  // the objective): a table equal to one judged before it, or to the objective's, has that result without
   // reading the measurement again.
-  struct judged_table {
-    const lazy_table* table;
-    bool fits;
-  };
-  std::vector<judged_table> judged;
+  const std::vector<candidate>& candidates = s.candidates;
   const bool objective_fits = outside == 0 && objective_defined;
+  std::vector<bool> fits(candidates.size(), false);
   std::vector<const candidate*> fitting;
   std::vector<const candidate*> distinct_fitting;  // the first of each table
-  for (const candidate& c : candidates) {
-    const auto seen = std::find_if(judged.begin(), judged.end(),
-                                   [&](const judged_table& j) { return same_table(*j.table, c.table, facts); });
-    if (seen != judged.end()) {
-      if (seen->fits) fitting.push_back(&c);
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    const std::size_t first = s.first_alike[c];
+    if (first != c) {
+      fits[c] = fits[first];
+      if (fits[c]) fitting.push_back(&candidates[c]);
       continue;
     }
-    const bool fits =
-        same_table(objective_table, c.table, facts) ? objective_fits : table_fits(c.table, facts, m, bounds);
-    judged.push_back({&c.table, fits});
-    if (fits) fitting.push_back(&c), distinct_fitting.push_back(&c);
+    fits[c] = s.objective_alike[c] ? objective_fits : table_fits(candidates[c].table, u, m);
+    if (fits[c]) fitting.push_back(&candidates[c]), distinct_fitting.push_back(&candidates[c]);
   }
   if (result.matches_objective) {
-    result.detail = "all " + std::to_string(facts.size()) + " groups weigh what the objective gives them, each "
+    result.detail = "all " + std::to_string(result.groups) + " groups weigh what the objective gives them, each "
                     "within its bound" + std::string(m.witness ? ", uniformly inside each group (witness)" : "");
-    for (const candidate* c : distinct_fitting) result.could_hide.push_back(explain(*c, facts, instead));
+    for (const candidate* c : distinct_fitting) result.could_hide.push_back(s.explain(*c));
     return result;
   }
   if (!bounds.factor && !bounds.explicit_tolerance) {
@@ -765,29 +937,33 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     return result;
   }
   result.detail =
-      std::to_string(outside) + " of " + std::to_string(facts.size()) +
+      std::to_string(outside) + " of " + std::to_string(result.groups) +
       " groups do not weigh what the "
       "objective gives them; the first, " +
-      place_of(facts[*first_outside], update) + ", weighs " +
+      place_of(*first_outside, update) + ", weighs " +
       (worst->code ? on_screen(*worst->code) + " (≈ " + approximate(*worst->code) + ")" : to_string(worst->observed)) +
       " where the objective gives " + on_screen(worst->objective) + " (≈ " + approximate(worst->objective) + ")";
 
   // Every explanation that fits, ranked: the named computations; then the objective times a factor named in
   // W and G; only when neither fits, a factor on any of them, then geometric weights.
-  const candidate objective_candidate{"objective", objective_table, {}, "objective", {}};
+  const candidate objective_candidate{
+      "objective", s.objective_table, {}, "objective", {}, false, std::make_pair(candidates.size(), rational(1))};
   std::vector<candidate> scaled_fits;
+  // Whether a table times its suggested factor fits, per distinct table (the objective's last): candidates that
+  // coincide with one tried before have its answer.
+  std::vector<std::optional<bool>> scaled_fit(candidates.size() + 1);
+  auto tried = [&](std::size_t c) -> std::optional<bool>& { return scaled_fit[s.table_class(c)]; };
   if (!fitting.empty()) {
-    scaled_fits = factor_fits(objective_candidate, update, facts, m, bounds, anchor, true);
+    scaled_fits = factor_fits(objective_candidate, u, m, at, scaled_fit.back(), true);
   } else {
-    auto keep = [&](std::vector<candidate> fits) {
-      for (candidate& c : fits) scaled_fits.push_back(std::move(c));
+    auto keep = [&](std::vector<candidate> found) {
+      for (candidate& c : found) scaled_fits.push_back(std::move(c));
     };
-    keep(factor_fits(objective_candidate, update, facts, m, bounds, anchor));
-    for (const candidate& c : candidates) keep(factor_fits(c, update, facts, m, bounds, anchor));
+    keep(factor_fits(objective_candidate, u, m, at, scaled_fit.back()));
+    for (std::size_t c = 0; c < candidates.size(); ++c) keep(factor_fits(candidates[c], u, m, at, tried(c)));
     if (scaled_fits.empty()) {
       auto geometric = [&](const candidate& base) {
-        if (std::optional<candidate> c = geometric_fit(base, update, facts, m, bounds, anchor))
-          scaled_fits.push_back(std::move(*c));
+        if (std::optional<candidate> c = geometric_fit(base, u, m, at)) scaled_fits.push_back(std::move(*c));
       };
       geometric(objective_candidate);
       for (const candidate& c : candidates)
@@ -795,35 +971,66 @@ group_judgement judge_groups(const partition& update, const group_measurement& m
     }
   }
   for (const candidate& c : scaled_fits) fitting.push_back(&c);
-  result.diagnosis = explained(fitting, update, facts, instead);
+  result.diagnosis = s.explained(fitting);
   if (!result.diagnosis.empty()) return result;
 
   // What fits nothing. The witness may say why: weights that vary inside a group fit no table of one weight
   // per group.
-  const std::vector<std::size_t> varying = varying_groups(facts, m, bounds);
+  const std::vector<std::size_t> varying = varying_groups(u, m, result.groups);
   if (!varying.empty()) {
     std::string where;
     for (std::size_t i = 0; i < varying.size() && i < 4; ++i)
-      where += (i ? "; " : "") + place_of(facts[varying[i]], update);
+      where += (i ? "; " : "") + place_of(place_at(update, varying[i]), update);
     if (varying.size() > 4) where += "; and " + std::to_string(varying.size() - 4) + " more";
     mistake_words words = table_mistake_words("varies_within_group", update);
     words.computed += ": " + where;
-    result.diagnosis.push_back({"varies_within_group", observed_total, std::nullopt, words.computed, words.why_wrong,
-                                instead, {}});
+    result.diagnosis.push_back({"varies_within_group", observed_total(*m.primary), std::nullopt, words.computed,
+                                words.why_wrong, s.instead, {}});
     return result;
   }
   mistake_words words = table_mistake_words("unexplained", update);
   // A factor of 0 (every component 0) names no divisor.
-  if (const std::optional<rational> factor = suggested_factor(objective_table, facts, m, anchor);
-      factor && *factor != 0) {
-    if (table_fits(objective_table.scaled(*factor), facts, m, bounds))
+  if (const std::optional<rational> factor = suggested_factor(s.objective_table, u, m, at); factor && *factor != 0) {
+    if (table_fits(s.objective_table.scaled(*factor), u, m)) {
+      const objective_units units(update, update.objective);
       words.computed += "; every group weighs the objective's weight times ≈ " + approximate(*factor) +
                         ", as if the loss sum had been divided by ≈ " + approximate(units.total() / *factor) +
                         " instead of " + std::string(units.symbol(0)) + " = " + on_screen(units.total());
+    }
   }
   result.diagnosis.push_back(
-      {"unexplained", observed_total, std::nullopt, words.computed, words.why_wrong, instead, {}});
+      {"unexplained", observed_total(*m.primary), std::nullopt, words.computed, words.why_wrong, s.instead, {}});
   return result;
+}
+
+}  // namespace
+
+std::vector<group_judgement> judge_groups(const partition& update,
+                                          const std::vector<const group_measurement*>& measurements,
+                                          const group_bounds& bounds) {
+  const shared_judgement s(update, bounds);
+  std::vector<group_judgement> out;
+  out.reserve(measurements.size());
+  for (const group_measurement* measurement : measurements) out.push_back(judged(s, *measurement));
+  return out;
+}
+
+std::vector<weight_row> weight_rows(const partition& update, const group_measurement& measurement,
+                                    const group_judgement& judgement, std::size_t count) {
+  std::vector<weight_row> rows;
+  count = std::min(count, judgement.kept_rows());
+  rows.reserve(count);
+  const lazy_table objective_table(update, update.objective, normalization_of(strategy::global_mean));
+  each_group(update, [&](const group_place& p) {
+    if (p.index >= count) return false;
+    weight_row row = row_of(p, loss_gradient_sum(*p.stats, update.theta), measurement.per_rank.front(),
+                            objective_table.at(p.where).value_or(rational(0)));
+    row.within_bound = judgement.row_within_bound[p.index];
+    row.witness_agrees = judgement.row_witness_agrees[p.index];
+    rows.push_back(std::move(row));
+    return true;
+  });
+  return rows;
 }
 
 }  // namespace normcheck

@@ -15,9 +15,21 @@ void append_u_escape(std::string& out, char32_t unit) {
   for (int shift = 12; shift >= 0; shift -= 4) out += hex_digits[(unit >> shift) & 0xF];
 }
 
+// Whether the byte is printable ASCII that a JSON string holds as it is, in every context.
+bool plain_byte(char c) {
+  return c >= ' ' && c <= '~' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&';
+}
+
 void append_escaped(std::string& out, std::string_view text, json_context context) {
   out += '"';
   for (std::size_t i = 0; i < text.size();) {
+    std::size_t plain = i;  // a run of plain bytes is appended at once
+    while (plain < text.size() && plain_byte(text[plain])) ++plain;
+    if (plain > i) {
+      out.append(text.substr(i, plain - i));
+      i = plain;
+      continue;
+    }
     const utf8_step step = decode_utf8(text, i);
     const char32_t c = step.code_point;
     if (!step.valid) {

@@ -4,11 +4,17 @@
 
 #include "normcheck/gate/observed.hpp"
 
+#include "normcheck/core/exact_sum.hpp"
+#include "normcheck/documents/field_reader.hpp"
+
 #include <doctest/doctest.h>
 #include <rapidcheck.h>
 
+#include <bit>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -124,5 +130,91 @@ TEST_CASE("two components are the same exactly when their values are equal") {
     }
     for (std::size_t i = 0; i < a.size(); ++i) RC_ASSERT(x.same_at(i, y) == (a[i] == b[i]));
     RC_ASSERT((x == y) == (a == b));
+  }));
+}
+
+namespace {
+
+// A component written as float.hex() writes it, or as a short decimal: what a dump holds.
+rc::Gen<std::string> component_texts() {
+  const auto hex = rc::gen::apply(
+      [](bool negative, std::uint64_t m, int e) {
+        return std::string(negative ? "-" : "") + "0x" + normcheck::integer(m).str(0, std::ios_base::hex) + "p" +
+               std::to_string(e);
+      },
+      rc::gen::arbitrary<bool>(),
+      rc::gen::oneOf(rc::gen::arbitrary<std::uint64_t>(), rc::gen::inRange<std::uint64_t>(0, 64)),
+      rc::gen::inRange(-1100, 80));
+  const auto decimal = rc::gen::apply([](std::int64_t m, int e) { return std::to_string(m) + "e" + std::to_string(e); },
+                                      rc::gen::inRange<std::int64_t>(-1000, 1000), rc::gen::inRange(-5, 5));
+  return rc::gen::oneOf(hex, decimal);
+}
+
+// How a component's text goes into a vector: appended, and the bits a budget of kept digits counts for it.
+using component_reader = std::function<std::uint64_t(const std::string&, observed_vector&)>;
+
+// The fast path: read into machine integers and appended as m·2⁻ᵏ where it is one, else as a rational.
+std::uint64_t read_fast(const std::string& text, observed_vector& into) {
+  const normcheck::literal_form form = normcheck::literal_form::json_string;
+  normcheck::machine_literal fast;
+  if (normcheck::scan_machine_literal(text, form, {}, fast))
+    if (const std::optional<std::uint64_t> bits = into.push_back(fast)) return *bits;
+  const rational value = normcheck::read_number(text, form);
+  into.push_back(value);
+  return normcheck::exact_budget::kept_bits(value);
+}
+
+// The law: the fast path keeps the cell and counts the bits that the rational of the same text gives.
+bool reads_as_rationals(const component_reader& read) {
+  return rc::check("a component read fast is the component read as a rational, with the same kept bits", [&] {
+    const std::vector<std::string> texts = *rc::gen::container<std::vector<std::string>>(component_texts());
+    observed_vector fast;
+    observed_vector slow;
+    for (const std::string& text : texts) {
+      const std::uint64_t bits = read(text, fast);
+      const rational value = normcheck::read_number(text, normcheck::literal_form::json_string);
+      slow.push_back(value);
+      RC_ASSERT(bits == normcheck::exact_budget::kept_bits(value));
+    }
+    RC_ASSERT(fast.values() == slow.values());
+    RC_ASSERT(fast == slow);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a component read into machine integers is the one read as a rational, and so are its kept bits") {
+  CHECK(reads_as_rationals(read_fast));
+  // Caught: a reader that counts the bits as written (the significand and the exponent), not canonical.
+  const component_reader as_written = [](const std::string& text, observed_vector& into) -> std::uint64_t {
+    normcheck::machine_literal fast;
+    read_fast(text, into);
+    if (!normcheck::scan_machine_literal(text, normcheck::literal_form::json_string, {}, fast)) return 0;
+    return static_cast<std::uint64_t>(std::bit_width(fast.significand)) +
+           static_cast<std::uint64_t>(fast.exp2 < 0 ? -fast.exp2 : fast.exp2) + 1;
+  };
+  CHECK_FALSE(reads_as_rationals(as_written));
+}
+
+TEST_CASE("the sum of a vector's finite components is exact, whatever its cells hold") {
+  const auto law = [](const std::function<rational(const observed_vector&)>& sum) {
+    return rc::check("finite_sum adds every number, NaN and the infinities left out", [&] {
+      const std::vector<observed_value> values = *rc::gen::container<std::vector<observed_value>>(observed_values());
+      observed_vector v;
+      rational expected;
+      for (const observed_value& value : values) {
+        v.push_back(value);
+        if (const rational* number = std::get_if<rational>(&value)) expected += *number;
+      }
+      RC_ASSERT(sum(v) == expected);
+    });
+  };
+  CHECK(law([](const observed_vector& v) { return v.finite_sum(); }));
+  // Caught: a sum through doubles.
+  CHECK_FALSE(law([](const observed_vector& v) {
+    double total = 0;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (v.is_finite(i)) total += std::get<rational>(v[i]).convert_to<double>();
+    return rational(total);
   }));
 }

@@ -4,6 +4,7 @@
 /// rank, to the microbatches accumulated into the update. The model keeps per microbatch exactly the
 /// sums the gradients need, not the tokens, so a reader can build it without storing tokens.
 
+#include "normcheck/core/compact_rational.hpp"
 #include "normcheck/core/counts.hpp"
 #include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/rational.hpp"
@@ -97,32 +98,44 @@ struct target_sums {
 };
 
 /// The tokens of one group, the finest unit the gate measures (a sequence, or a microbatch that declares
-/// none): how many valid tokens, how many padded positions, and the target sums. A group whose sums are all
-/// 0 (no valid token, say) keeps none: an update of a million empty microbatches costs a few bytes each.
+/// none): how many valid tokens, how many padded positions, and the target sums. The sums are kept compactly
+/// (core/compact_rational.hpp): a group of short literals costs 56 bytes, the weighted sums apart, and a
+/// dump of hundreds of thousands of sequences stays within a few MB.
 struct group_stats {
   std::uint64_t valid_tokens = 0;
   std::uint64_t padding = 0;
-  boxed<target_sums> sums;  ///< absent: every sum is 0
 
+  /// Whether some sum is not 0 (no valid token, say, keeps none).
+  bool has_sums() const noexcept { return !sum_.is_zero() || !abs_sum_.is_zero() || weighted_.has_value(); }
   /// Σ y over valid tokens.
-  const rational& target_sum() const { return sums ? sums->sum : zero(); }
+  rational target_sum() const { return sum_.value(); }
   /// Σ |y| over valid tokens.
-  const rational& target_abs_sum() const { return sums ? sums->abs_sum : zero(); }
+  rational target_abs_sum() const { return abs_sum_.value(); }
   /// Whether the tokens carry weights with a sum other than 0.
-  bool weighted() const { return sums && sums->weighted.has_value(); }
+  bool weighted() const noexcept { return weighted_.has_value(); }
   /// The weight mass, Σw; the valid-token count when the tokens carry no weights.
   rational mass() const;
   /// Σ w·y (Σ y without weights).
-  const rational& weighted_target_sum() const { return weighted() ? sums->weighted->target_sum : target_sum(); }
+  rational weighted_target_sum() const { return weighted() ? weighted_->target_sum.value() : target_sum(); }
   /// Σ w·|y| (Σ |y| without weights).
-  const rational& weighted_target_abs_sum() const {
-    return weighted() ? sums->weighted->target_abs_sum : target_abs_sum();
+  rational weighted_target_abs_sum() const {
+    return weighted() ? weighted_->target_abs_sum.value() : target_abs_sum();
   }
-  /// Sets the sums (kept only when one of them is not 0).
-  void set_sums(target_sums values);
+  /// Whether `other` holds as many valid tokens with the same sums (its padding aside), compared as they are
+  /// kept: every derivative sum of the two groups is then the same.
+  bool same_tokens(const group_stats& other) const;
+  /// Sets the sums.
+  void set_sums(const target_sums& values);
 
-protected:
-  static const rational& zero();
+private:
+  struct compact_weighted {
+    compact_rational mass;
+    compact_rational target_sum;
+    compact_rational target_abs_sum;
+  };
+  compact_rational sum_;
+  compact_rational abs_sum_;
+  boxed<compact_weighted> weighted_;
 };
 
 /// One microbatch: its totals over all its tokens and, when it declares sequences, each sequence. Without

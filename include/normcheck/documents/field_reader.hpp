@@ -35,6 +35,11 @@ public:
   void note_denominator(const integer& denominator, const field_reader& at, std::uint64_t offset);
   /// Counts the digits of a value the document keeps.
   void note_kept(const rational& value, const field_reader& at, std::uint64_t offset);
+  /// The same for a value kept without a rational: `bits` of its numerator and denominator together, as
+  /// `kept_bits` counts them.
+  void note_kept_bits(std::uint64_t bits, const field_reader& at, std::uint64_t offset);
+  /// What a kept value counts: the bits of its numerator and of its denominator (a 0 counts one bit).
+  static std::uint64_t kept_bits(const rational& value);
 
 private:
   reader_limits limits_;
@@ -98,12 +103,26 @@ public:
   void keep(const rational& value, std::uint64_t offset) {
     if (budget_) budget_->note_kept(value, *this, offset);
   }
+  /// The same for a value kept without a rational, of `bits` as `exact_budget::kept_bits` counts them.
+  void keep_bits(std::uint64_t bits, std::uint64_t offset) {
+    if (budget_) budget_->note_kept_bits(bits, *this, offset);
+  }
 
   /// An exact number, taken apart: a JSON number, or a string holding a fraction, hexadecimal float or
   /// decimal. Literal errors (bad_number, number_out_of_range) are located at the value.
   literal_parts literal(std::string_view what);
   /// An exact number.
   rational exact(std::string_view what);
+  /// The text of an exact number, read past: a JSON number's, or a string's (its form tells which), for a
+  /// caller that reads many of them fast (`scan_machine_literal`) and the rest with `parse`.
+  struct literal_text {
+    std::string_view written;  ///< lives until the next string read
+    literal_form form = literal_form::json_number;
+    std::uint64_t offset = 0;
+  };
+  literal_text exact_text(std::string_view what);
+  /// `text` taken apart as `literal` takes a literal apart, its errors located at its offset.
+  literal_parts parse(const literal_text& text) { return parse_at(text.written, text.form, text.offset); }
   /// An exact number ≥ 0.
   rational non_negative(std::string_view what);
   /// A JSON integer in [low, high]: below `low` or not an integer is a schema_error, above `high` is

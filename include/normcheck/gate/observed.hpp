@@ -5,6 +5,7 @@
 /// token counts the code divided by.
 
 #include "normcheck/core/dtype.hpp"
+#include "normcheck/core/exact_sum.hpp"
 #include "normcheck/core/rational.hpp"
 
 #include <cstdint>
@@ -46,6 +47,10 @@ public:
   bool empty() const noexcept { return cells_.empty(); }
   void reserve(std::size_t n) { cells_.reserve(n); }
   void push_back(const observed_value& value);
+  /// Appends a number read by `scan_machine_literal` without making a rational, when it is m·2⁻ᵏ with
+  /// |m| < 2⁶³ (a hexadecimal float, a small integer): returns the bits of its canonical numerator and
+  /// denominator (what a budget of kept digits counts). Nullopt, appending nothing, for any other number.
+  std::optional<std::uint64_t> push_back(const machine_literal& value);
 
   /// Component i (0 ≤ i < size()).
   observed_value operator[](std::size_t i) const;
@@ -54,9 +59,14 @@ public:
     return cells_[i].kind == cell_kind::dyadic || cells_[i].kind == cell_kind::other;
   }
   /// Whether component i here and component i of `other` are the same value.
-  bool same_at(std::size_t i, const observed_vector& other) const;
+  bool same_at(std::size_t i, const observed_vector& other) const { return same_at(i, other, i); }
+  /// Whether component i here and component j of `other` are the same value.
+  bool same_at(std::size_t i, const observed_vector& other, std::size_t j) const;
   /// Every component, as values.
   std::vector<observed_value> values() const;
+  /// The exact sum of the components that are numbers (NaN and the infinities left out), added without
+  /// making a rational of each.
+  rational finite_sum() const;
 
   friend bool operator==(const observed_vector& a, const observed_vector& b);
 

@@ -33,18 +33,25 @@ struct weight_row {
   bool witness_agrees = true;    ///< the witness component agrees with one weight for the whole group
 };
 
-/// How many rows of the weight table a judgement keeps: the first groups in group order. The reports show
-/// these (the JSON report all of them, the text report the first few); the verdict covers every group.
+/// How many rows of the weight table the reports show: the first groups in group order (the JSON report all
+/// of them, the text report the first few). The verdict covers every group.
 inline constexpr std::size_t kept_weight_rows = 10000;
 
 /// What the gate concluded about one measurement (the top-level probe or one site).
 struct group_judgement {
   std::size_t groups = 0;               ///< the groups judged
-  std::vector<weight_row> rows;         ///< the first min(groups, kept_weight_rows) of them
+  /// Of the first min(groups, kept_weight_rows) groups, the verdicts their rows show: within its bound of the
+  /// objective's weight (and so is the witness), and the witness agreeing with one weight for the group. The
+  /// rows themselves are made again from the measurement when a report asks (`weight_rows`).
+  std::vector<bool> row_within_bound;
+  std::vector<bool> row_witness_agrees;
   bool matches_objective = false;       ///< every component within its bound of the objective's
   std::vector<explanation> diagnosis;   ///< what fits when it does not match
   std::vector<explanation> could_hide;  ///< wrong computations that fit as well when it matches
   std::string detail;                   ///< the objective check's words
+
+  /// The rows the reports show: min(groups, kept_weight_rows).
+  std::size_t kept_rows() const noexcept { return row_within_bound.size(); }
 };
 
 /// The error bound's parts for one update: the relative factor of a term's path (nullopt: the dtype cannot
@@ -54,8 +61,19 @@ struct group_bounds {
   std::optional<tolerance> explicit_tolerance;
 };
 
-/// Judges rank 0's copy of `measurement` against the update's objective and fits it when it differs.
-group_judgement judge_groups(const partition& update, const group_measurement& measurement, const group_bounds& bounds);
+/// Judges rank 0's copy of each measurement of `update` (the top-level probe's, every site's) against the
+/// update's objective, and fits each one that differs; one judgement per measurement, in order. What the
+/// measurements share is found once: the candidate computations, which of their tables coincide on this
+/// update, what each one yields. Nothing is kept per group: a group's sums are read from the update and its
+/// components from the measurement as it is judged, so a judgement's memory is the candidates and the verdicts
+/// of its rows, not the groups.
+std::vector<group_judgement> judge_groups(const partition& update,
+                                          const std::vector<const group_measurement*>& measurements,
+                                          const group_bounds& bounds);
+
+/// The first min(count, judgement.kept_rows()) rows of the weight table of `measurement` judged on `update`.
+std::vector<weight_row> weight_rows(const partition& update, const group_measurement& measurement,
+                                    const group_judgement& judgement, std::size_t count);
 
 /// A computation the per-group gate compares a measurement with: its name and the weight it gives each group.
 struct weight_candidate {
