@@ -6,7 +6,10 @@ every rank, its witness Σⱼ(θ − j)/N), and require `normcheck check --json`
 suggestion on which some diagnosed normalization computes the objective's value makes that run
 inconclusive, and this test fails.
 
-usage: suggested_run_passes.py NORMCHECK WORKDIR
+usage: suggested_run_passes.py NORMCHECK WORKDIR [EVERY]
+
+With EVERY, only every EVERY-th shape (in the order below, the first included): the sanitized build,
+where the executable runs ten times slower, samples the shapes the dev build runs in full.
 """
 
 import json
@@ -32,31 +35,32 @@ def correct_observation(partition: dict, dtype: str) -> dict:
 
 def main() -> int:
     normcheck, workdir = sys.argv[1], Path(sys.argv[2])
+    every = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     workdir.mkdir(parents=True, exist_ok=True)
     failures = []
     judged = 0
     refused: list = []
-    for world in (2, 3, 4, 5, 6, 8):
-        for microbatches in (1, 2, 3, 4):
-            for dtype in ("float64", "float32", "exact"):  # bfloat16: suggest separates no shape here
-                path = workdir / f"suggested_W{world}_G{microbatches}_{dtype}.json"
-                suggested = subprocess.run([normcheck, "suggest", "-W", str(world), "-G", str(microbatches),
-                                            "--dtype", dtype, "-o", str(path)], capture_output=True)
-                if suggested.returncode == 1:  # suggest says no partition of this shape separates every mistake
-                    refused.append(f"W={world} G={microbatches} {dtype}")
-                    continue
-                suggested.check_returncode()
-                partition = json.loads(path.read_text())
-                if any(isinstance(y, dict) for r in partition["ranks"] for m in microbatches_of(r) for y in m):
-                    raise SystemExit(f"{path}: suggest wrote targets this test does not read")
-                partition["observed"] = correct_observation(partition, dtype)
-                path.write_text(json.dumps(partition))
-                run = subprocess.run([normcheck, "check", "--json", str(path)], capture_output=True, text=True)
-                report = json.loads(run.stdout)
-                verdict = report["reports"][0].get("gate", {}).get("verdict")
-                judged += 1
-                if run.returncode != 0 or verdict != "pass":
-                    failures.append(f"W={world} G={microbatches} {dtype}: exit {run.returncode}, verdict {verdict}")
+    shapes = [(world, microbatches, dtype) for world in (2, 3, 4, 5, 6, 8) for microbatches in (1, 2, 3, 4)
+              for dtype in ("float64", "float32", "exact")]  # bfloat16: suggest separates no shape here
+    for world, microbatches, dtype in shapes[::every]:
+        path = workdir / f"suggested_W{world}_G{microbatches}_{dtype}.json"
+        suggested = subprocess.run([normcheck, "suggest", "-W", str(world), "-G", str(microbatches),
+                                    "--dtype", dtype, "-o", str(path)], capture_output=True)
+        if suggested.returncode == 1:  # suggest says no partition of this shape separates every mistake
+            refused.append(f"W={world} G={microbatches} {dtype}")
+            continue
+        suggested.check_returncode()
+        partition = json.loads(path.read_text())
+        if any(isinstance(y, dict) for r in partition["ranks"] for m in microbatches_of(r) for y in m):
+            raise SystemExit(f"{path}: suggest wrote targets this test does not read")
+        partition["observed"] = correct_observation(partition, dtype)
+        path.write_text(json.dumps(partition))
+        run = subprocess.run([normcheck, "check", "--json", str(path)], capture_output=True, text=True)
+        report = json.loads(run.stdout)
+        verdict = report["reports"][0].get("gate", {}).get("verdict")
+        judged += 1
+        if run.returncode != 0 or verdict != "pass":
+            failures.append(f"W={world} G={microbatches} {dtype}: exit {run.returncode}, verdict {verdict}")
     for failure in failures:
         print(failure)
     print(f"{judged - len(failures)} of {judged} correct runs on suggested partitions pass; "
