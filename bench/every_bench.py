@@ -2,13 +2,16 @@
 run without it.
 
     NORMCHECK=build/normcheck python3 bench/every_bench.py [--steps 200] [--every 50] [--repeats 3]
-                                                         [--output FILE]
+                                                         [--model tiny|llama] [--output FILE]
 
 One launch of W = 2 ranks (gloo on loopback), under the interpreter that runs this script. Each rank
 runs the whole run ``repeats`` times without the probe and ``repeats`` times with it, interleaved
-(plain, probed, probed, plain, …), each run between two barriers: tests/python/tiny_lm.py's model under
-DDP, ``steps`` optimizer steps of G = 2 microbatches (no_sync on the first, the loss sum times W over
-the update's tokens), clipping, AdamW. The probed run is the probe on the model, steps 0, K, 2K, …
+(plain, probed, probed, plain, …), each run between two barriers: the model under DDP, ``steps``
+optimizer steps of G = 2 microbatches (no_sync on the first, the loss sum times W over the update's
+tokens), clipping, AdamW. The model is tests/python/tiny_lm.py's (``tiny``: a step of a few
+milliseconds, where the judged steps' fixed cost dominates) or a two-layer transformers Llama
+(``llama``: hidden size 256, rows of up to 64 tokens, a step of tens of milliseconds, closer to what a
+run spends per step; its loss is the model's own, from ``labels`` and ``num_items_in_batch``). The probed run is the probe on the model, steps 0, K, 2K, …
 inside ``probe.step()`` and judged (``probe.judge``: gather, dump, ``normcheck check``), every other
 step with the probe only routed, as ``attach(trainer, every=K)`` runs it. The table gives each run's
 median wall and CPU time, the overhead (probed / plain − 1, median of the interleaved pairs), and how
@@ -47,11 +50,45 @@ from normcheck import due  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
 
 LENGTHS = [[[6, 4, 5, 3], [5, 6, 2, 6]], [[3, 2, 6, 4], [4, 2, 5, 5]]]
+SCALE = {"tiny": 1, "llama": 10}
+"""Row lengths are LENGTHS times this: up to 60 tokens a row for the Llama."""
 
 
-def one_run(rank, world_size, probe_factory, steps, every, probed):
+def llama_model():
+    """A two-layer Llama with random weights (transformers, from a config: nothing is downloaded)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return LlamaForCausalLM(config)
+
+
+def token_mean_loss(kind, ddp, tokens, labels, total, world_size):
+    """The microbatch's loss sum times W over the update's count: by hand (tiny), or the Llama's own loss over
+    ``num_items_in_batch``, times W."""
+    if kind == "tiny":
+        return ddp(tokens, labels, reduction="sum")[0] * world_size / total
+    return ddp(input_ids=tokens, labels=labels, num_items_in_batch=total).loss * world_size
+
+
+def make_batch(kind, lengths, seed):
+    if kind == "tiny":
+        return tiny_lm.make_batch(lengths, seed)
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    tokens = torch.zeros(len(lengths), width, dtype=torch.long)
+    labels = torch.full((len(lengths), width), -100, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        tokens[i, :n] = torch.randint(3, 512, (n,), generator=generator)
+        labels[i, :n] = tokens[i, :n]
+    return tokens, labels
+
+
+def one_run(rank, world_size, probe_factory, steps, every, probed, kind="tiny"):
     """A whole run; its wall and CPU seconds, and for the probed run the seconds of its judged steps."""
-    model = tiny_lm.make_model(torch.float32)
+    model = tiny_lm.make_model(torch.float32) if kind == "tiny" else llama_model()
     probe = probe_factory(model, sites=None) if probed else None
     ddp = DistributedDataParallel(model)
     parameters = list(probe.model_parameters()) if probe is not None else list(model.parameters())
@@ -62,7 +99,7 @@ def one_run(rank, world_size, probe_factory, steps, every, probed):
     for step in range(steps):
         judged = probe is not None and due(step, every=every)
         step_started = time.perf_counter()
-        batches = [tiny_lm.make_batch(lengths, seed=1000 * step + 10 * rank + m)
+        batches = [make_batch(kind, [n * SCALE[kind] for n in lengths], seed=1000 * step + 10 * rank + m)
                    for m, lengths in enumerate(LENGTHS[rank])]
         local = sum(int((labels[:, 1:] != -100).sum()) for _, labels in batches)
         total = torch.tensor(float(local))
@@ -70,8 +107,7 @@ def one_run(rank, world_size, probe_factory, steps, every, probed):
         with probe.step() if judged else contextlib.nullcontext():
             for m, (tokens, labels) in enumerate(batches):
                 with ddp.no_sync() if m + 1 < len(batches) else contextlib.nullcontext():
-                    loss = ddp(tokens, labels, reduction="sum")[0]
-                    (loss * world_size / total).backward()
+                    token_mean_loss(kind, ddp, tokens, labels, total, world_size).backward()
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         if judged:
             verdict = probe.judge(ddp)
@@ -86,13 +122,13 @@ def one_run(rank, world_size, probe_factory, steps, every, probed):
     return time.perf_counter() - started, used, judged_seconds
 
 
-def runs(rank, world_size, probe_factory, steps, every, repeats):
+def runs(rank, world_size, probe_factory, steps, every, repeats, kind):
     torch.set_num_threads(1)
-    one_run(rank, world_size, probe_factory, 5, every, True)  # warm-up: imports, the executable's first start
+    one_run(rank, world_size, probe_factory, 5, every, True, kind)  # warm-up: imports, the executable's first start
     out = {False: [], True: []}
     for r in range(repeats):
         for probed in ((False, True) if r % 2 == 0 else (True, False)):
-            out[probed].append(one_run(rank, world_size, probe_factory, steps, every, probed))
+            out[probed].append(one_run(rank, world_size, probe_factory, steps, every, probed, kind))
     return out
 
 
@@ -101,9 +137,10 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", choices=sorted(SCALE), default="tiny", help="the model each step trains")
     parser.add_argument("--output", help="also write the table to this file")
     options = parser.parse_args()
-    results = launch(runs, 2, args=(options.steps, options.every, options.repeats), timeout=3600)
+    results = launch(runs, 2, args=(options.steps, options.every, options.repeats, options.model), timeout=3600)
     rank0 = results[0]
     plain, probed = rank0[False], rank0[True]
     wall = [b[0] / a[0] - 1 for a, b in zip(plain, probed)]
@@ -115,8 +152,8 @@ def main():
         f"# Judging every {options.every}th step of a {options.steps}-step run",
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with "
-        f"`python bench/every_bench.py --steps {options.steps} --every {options.every} --repeats {options.repeats}`"
-        f" (W = 2, gloo; torch {torch.__version__}, Python {platform.python_version()}; "
+        f"`python bench/every_bench.py --steps {options.steps} --every {options.every} --repeats {options.repeats} "
+        f"--model {options.model}` (W = 2, gloo; torch {torch.__version__}, Python {platform.python_version()}; "
         f"load average {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} cores). Rank 0's figures.",
         "",
         "| run | median wall s | median CPU s |",
