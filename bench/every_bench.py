@@ -5,17 +5,17 @@ run without it.
                                                          [--model tiny|llama] [--output FILE]
 
 One launch of W = 2 ranks (gloo on loopback), under the interpreter that runs this script. Each rank
-runs the whole run ``repeats`` times without the probe and ``repeats`` times with it, interleaved
-(plain, probed, probed, plain, …), each run between two barriers: the model under DDP, ``steps``
-optimizer steps of G = 2 microbatches (no_sync on the first, the loss sum times W over the update's
-tokens), clipping, AdamW. The model is tests/python/tiny_lm.py's (``tiny``: a step of a few
-milliseconds, where the judged steps' fixed cost dominates) or a two-layer transformers Llama
-(``llama``: hidden size 256, rows of up to 64 tokens, a step of tens of milliseconds, closer to what a
-run spends per step; its loss is the model's own, from ``labels`` and ``num_items_in_batch``). The probed run is the probe on the model, steps 0, K, 2K, …
-inside ``probe.step()`` and judged (``probe.judge``: gather, dump, ``normcheck check``), every other
-step with the probe only routed, as ``attach(trainer, every=K)`` runs it. The table gives each run's
-median wall and CPU time, the overhead (probed / plain − 1, median of the interleaved pairs), and how
-the probed run's time splits between its judged steps and the others.
+runs the whole run ``repeats`` times without the probe and ``repeats`` times with it, interleaved (plain,
+probed, probed, plain, …), each run between two barriers: the model under DDP, ``steps`` optimizer steps of
+G = 2 microbatches (no_sync on the first, the loss sum times W over the update's tokens), clipping, AdamW.
+The model is tests/python/tiny_lm.py's (``tiny``: a step of a few milliseconds, where the judged steps'
+fixed cost dominates) or a two-layer transformers Llama (``llama``: hidden size 256, rows of up to 64
+tokens, a step of tens of milliseconds, closer to what a run spends per step; its loss is the model's own,
+from ``labels`` and ``num_items_in_batch``). The probed run is the probe on the model, steps 0, K, 2K, …
+inside ``probe.step()`` and judged (``probe.judge``: gather, dump, ``normcheck check``), every other step
+with the probe only routed, as ``attach(trainer, every=K)`` runs it. The table gives each run's median wall
+and CPU time, the overhead (probed / plain − 1, median of the interleaved pairs), and how the probed run's
+time splits between its judged steps and the others.
 
 Wall times on a shared machine include waiting for a core; the pairs are interleaved for that reason.
 """
