@@ -182,8 +182,8 @@ public:
     if (!coefficient) return std::nullopt;
     rational weight = *coefficient;
     if (units_.objective() == objective_kind::sequence_mean) {
-      // × token_factor: 1/nₛ of the group's valid tokens (0 without any); nothing to do for one token.
-      const std::uint64_t n = group_of(where).valid_tokens;
+      // × token_factor: 1/nₛ of its sequence's valid tokens (0 for a group without any); nothing to do for one.
+      const std::uint64_t n = group_of(where).valid_tokens == 0 ? 0 : units_.sequence_tokens(where);
       if (n == 0) weight = 0;
       else if (n != 1) weight /= n;
     }

@@ -157,6 +157,10 @@ microbatch_stats make_sequenced_microbatch(std::vector<group_stats> sequences);
 /// One rank's share of the update, microbatches in order (at least one).
 struct rank_stats {
   std::vector<microbatch_stats> microbatches;
+  /// The sequence each group is a slice of (context parallelism), by microbatch and group: 0 for a group that
+  /// is not a slice, k > 0 for the k-th sequence ID of the document. Empty where the rank holds no slice, as
+  /// is a microbatch's row; core/sequence_join joins the slices into whole sequences.
+  std::vector<std::vector<std::uint64_t>> sequence_ids;
 
   /// nᵣ: valid tokens over all microbatches.
   std::uint64_t valid_tokens() const;
@@ -212,8 +216,10 @@ struct partition {
   std::uint64_t positions() const;
   /// M: the weight mass of the whole update (N without weights).
   rational mass() const;
-  /// B: the update's declared sequences that hold a valid token.
+  /// B: the update's sequences that hold a valid token, the slices of one sequence counted once.
   std::uint64_t sequence_count() const;
+  /// Whether some group is a sequence slice (some rank has `sequence_ids`).
+  bool has_slices() const;
   /// The groups of the whole update, over all ranks and microbatches.
   std::uint64_t group_count() const;
   /// Whether some microbatch declares sequences.
