@@ -313,6 +313,11 @@ def main() -> None:
         "dp 2 × cp 2 under sequence_sum_mean, contiguous slices: B counted over dp only", ROLLOUTS, contiguous,
         "sequence_sum_mean", "sequences_over_data_dims",
         {"verdict": "fail", "explanations": ["sequences_over_data_dims"]})
+    # A recipe reads the joined counts: n_s is the whole sequence's, so W / (B * n_s) is the objective.
+    cases["dp2_cp2_sequence_mean_recipe.json"] = dict(
+        rollout_case("dp 2 × cp 2 under sequence_mean, zigzag slices, the recipe W / (B * n_s) with n_s the whole "
+                     "sequence's valid tokens", ROLLOUTS, zigzag, "sequence_mean", None, pass_gate),
+        recipe={"scale": "W / (B * n_s)"}, expect={"recipe": text(rollout_objective(ROLLOUTS, "sequence_mean"))})
     cases["dp2_cp2_sequence_mean_every_slice_holds_a_token.json"] = rollout_case(
         "dp 2 × cp 2 under sequence_mean, every slice holding a valid token: B counted over dp only is B, "
         "so the count cannot be told apart", FULL_ROLLOUTS, zigzag, "sequence_mean", None,
