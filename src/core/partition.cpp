@@ -173,7 +173,7 @@ std::uint64_t partition::group_count() const {
 }
 
 bool partition::has_slices() const {
-  return std::any_of(ranks.begin(), ranks.end(), [](const rank_stats& r) { return !r.sequence_ids.empty(); });
+  return !sequence_ids.empty();
 }
 
 bool partition::has_sequences() const {

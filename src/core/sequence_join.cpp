@@ -9,10 +9,11 @@ namespace normcheck {
 
 namespace {
 
-// The sequence ID of group g of microbatch m on `rank`: 0 where it is not a slice.
-std::uint64_t slice_id(const rank_stats& rank, std::size_t m, std::size_t g) {
-  if (m >= rank.sequence_ids.size() || g >= rank.sequence_ids[m].size()) return 0;
-  return rank.sequence_ids[m][g];
+// The sequence ID of group g of microbatch m on rank r: 0 where it is not a slice.
+std::uint64_t slice_id(const partition& update, std::size_t r, std::size_t m, std::size_t g) {
+  const auto& ids = update.sequence_ids;
+  if (r >= ids.size() || m >= ids[r].size() || g >= ids[r][m].size()) return 0;
+  return ids[r][m][g];
 }
 
 }  // namespace
@@ -33,7 +34,7 @@ sequence_join::sequence_join(const partition& update) : update_(&update) {
       const microbatch_stats& microbatch = rank.microbatches[m];
       first_[r].push_back(whole_.size());
       for (std::size_t g = 0; g < microbatch.group_count(); ++g) {
-        const std::uint64_t id = slice_id(rank, m, g);
+        const std::uint64_t id = slice_id(update, r, m, g);
         std::size_t whole = tokens_.size();
         if (id != 0) {
           whole = named.try_emplace({data, m, id}, whole).first->second;

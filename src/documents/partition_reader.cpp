@@ -801,11 +801,13 @@ private:
     std::map<std::size_t, std::size_t> kept;  // listed rank of a first replica → its index in the update
     for (std::uint64_t listed = 0; listed < file_.update.listed_ranks(); ++listed)
       if (file_.update.first_replica(listed) == listed) kept.emplace(listed, kept.size());
+    file_.update.sequence_ids.resize(file_.update.ranks.size());
     for (const sequence_slice& slice : slices_) {
       if (file_.update.first_replica(slice.rank) != slice.rank) continue;  // a replica's slices repeat its first's
-      rank_stats& rank = file_.update.ranks[kept.at(slice.rank)];
-      rank.sequence_ids.resize(rank.microbatches.size());
-      std::vector<std::uint64_t>& ids = rank.sequence_ids[slice.microbatch];
+      const std::size_t r = kept.at(slice.rank);
+      const rank_stats& rank = file_.update.ranks[r];
+      file_.update.sequence_ids[r].resize(rank.microbatches.size());
+      std::vector<std::uint64_t>& ids = file_.update.sequence_ids[r][slice.microbatch];
       ids.resize(rank.microbatches[slice.microbatch].group_count());
       ids[slice.group] = numbers.try_emplace(slice.id, numbers.size() + 1).first->second;
     }

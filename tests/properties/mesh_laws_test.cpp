@@ -240,7 +240,7 @@ partition sliced_update(const sliced_layout& layout, normcheck::objective_kind o
         ids.push_back(s + 1);
       }
       rank.microbatches.push_back(normcheck::make_sequenced_microbatch(std::move(slices)));
-      if (!planted) rank.sequence_ids.push_back(std::move(ids));
+      if (!planted) p.sequence_ids.push_back({std::move(ids)});
       p.ranks.push_back(std::move(rank));
     }
   return p;
