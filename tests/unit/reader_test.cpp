@@ -365,7 +365,8 @@ TEST_CASE("slices of one sequence on the ranks of a sequence dimension are joine
       {"targets": {"sequences": [{"sequence": "a", "targets": [3, null]}, {"sequence": "b", "count": 2, "value": 5}]}},
       {"targets": {"sequences": [{"sequence": "a", "targets": [1]}]}},
       {"targets": {"sequences": [{"sequence": "a", "targets": [2, 3, 4]}]}}]})";
-  const normcheck::partition_file file = normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
+  const normcheck::partition_file file =
+      normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
   const normcheck::sequence_join join(file.update);
   REQUIRE(join.joins());
   CHECK(join.sequences() == 3);
