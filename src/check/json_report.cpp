@@ -1,5 +1,6 @@
 #include "normcheck/check/json_report.hpp"
 
+#include "normcheck/core/sequence_join.hpp"
 #include "normcheck/io/json_writer.hpp"
 
 namespace normcheck {
@@ -21,7 +22,9 @@ void write_report_json(json_writer& json, const file_report& report) {
         .member("mass", update.mass());
     // Only what the update has: sequences where it declares them, the normalizer under constant.
     const bool sequences = update.has_sequences();
-    if (sequences) json.member("sequences", update.sequence_count()).member("groups", update.group_count());
+    const sequence_join join(update);  // sequences count whole sequences, the slices of one sequence once
+    if (sequences) json.member("sequences", join.sequences()).member("groups", update.group_count());
+    if (join.joins()) json.member("slices", join.slices());
     if (update.objective == objective_kind::constant) json.member("normalizer", update.normalizer);
     // The device mesh where the file declares one; the ranks below are then its first replicas.
     if (!update.mesh.empty()) {
@@ -42,7 +45,7 @@ void write_report_json(json_writer& json, const file_report& report) {
           .member("padding", rank.padding())
           .member("mass", rank.mass())
           .member("microbatches", std::uint64_t{rank.microbatches.size()});
-      if (sequences) json.member("sequences", rank.sequence_count());
+      if (sequences) json.member("sequences", join.rank_sequences(r));
       json.member("loss_gradient_sum", loss_gradient_sum(rank, update.theta));
       if (update.objective == objective_kind::sequence_mean)
         json.member("objective_loss_sum", objective_loss_sum(objective_units(update, update.objective), r));

@@ -1,5 +1,6 @@
 #include "normcheck/check/text_report.hpp"
 
+#include "normcheck/core/sequence_join.hpp"
 #include "normcheck/core/utf8.hpp"
 #include "normcheck/io/text.hpp"
 
@@ -41,13 +42,15 @@ void print_text(std::ostream& out, const file_report& report) {
   print_text_line(out, report);
   if (!document.description.empty()) out << "      " << printable(document.description) << "\n";
   const bool weighted = update.objective == objective_kind::weighted_token_mean;
-  out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer) << ", θ = "
-      << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
+  const sequence_join join(update);  // B and bᵣ count whole sequences, the slices of one sequence once
+  out << "      W = " << update.world_size() << ", reducer " << reducer_name(update.reducer)
+      << ", θ = " << shorten(to_string(update.theta)) << ", N = " << update.valid_tokens();
   if (weighted) out << ", objective weighted_token_mean, M = " << shorten(to_string(update.mass()));
   if (counts_sequences(update.objective) || update.has_sequences())
     out << (counts_sequences(update.objective) ? ", objective " + std::string(objective_name(update.objective))
                                                : std::string())
-        << ", B = " << update.sequence_count() << " sequences";
+        << ", B = " << join.sequences() << " sequences";
+  if (join.joins()) out << " joined from " << join.slices() << " slices";
   if (update.objective == objective_kind::constant)
     out << ", objective constant, C = " << shorten(to_string(update.normalizer));
   out << "\n";
@@ -74,7 +77,7 @@ void print_text(std::ostream& out, const file_report& report) {
     if (rank.padding() > 0) out << " (+" << rank.padding() << " padding)";
     if (weighted) out << ", m = " << shorten(to_string(rank.mass()));
     if (rank.microbatches.size() > 1) out << " in " << rank.microbatches.size() << " microbatches";
-    if (update.has_sequences()) out << ", b = " << rank.sequence_count();
+    if (update.has_sequences()) out << ", b = " << join.rank_sequences(r);
     out << ", S = " << shorten(to_string(objective_loss_sum(units, r))) << "\n";
   }
   for (std::size_t i = 0; i < all_strategies.size(); ++i) {

@@ -157,6 +157,7 @@ std::optional<rational> quotient(const rational& numerator, const std::optional<
 
 std::optional<rational> over_data_dims_only(const objective_units& units, const group_ref& at) {
   if (!sliced(units) || units.update().mesh_extent(mesh_role::data) < 2) return std::nullopt;
+  if (counts_sequences(units.objective())) return std::nullopt;  // sequences_over_data_dims
   return quotient(reducer_compensation(units), units.over_data_dims(at.rank));
 }
 
@@ -172,7 +173,33 @@ std::optional<rational> replicas_counted(const objective_units& units, const gro
 }
 
 std::optional<rational> before_sequence_sharding(const objective_units& units, const group_ref&) {
-  if (!sliced(units)) return std::nullopt;
+  if (!sliced(units) || counts_sequences(units.objective())) return std::nullopt;  // sequences_counted_per_slice
+  return quotient(reducer_compensation(units), units.total() * units.update().mesh_extent(mesh_role::sequence));
+}
+
+// Under the sequence objectives, where slices of one sequence lie on the ranks of sequence dimensions: B counts
+// each sequence once, and under sequence_mean a slice's tokens divide by its whole sequence's count nₛ.
+
+bool joined_sequences(const objective_units& units) {
+  return sliced(units) && counts_sequences(units.objective()) && units.update().has_slices();
+}
+
+std::optional<rational> slice_length_counted(const objective_units& units, const group_ref& at) {
+  if (!joined_sequences(units) || units.objective() != objective_kind::sequence_mean) return std::nullopt;
+  // The coefficient is written before the objective's token factor 1/nₛ: nₛ/nₖ makes it 1/nₖ, the slice's own.
+  const std::uint64_t slice = units.update().ranks[at.rank].microbatches[at.microbatch].group(at.group).valid_tokens;
+  std::optional<rational> c = quotient(reducer_compensation(units), units.total());
+  if (c && slice > 0) *c *= rational(units.sequence_tokens(at)) / slice;
+  return c;
+}
+
+std::optional<rational> sequences_over_data_dims_only(const objective_units& units, const group_ref& at) {
+  if (!joined_sequences(units) || units.update().mesh_extent(mesh_role::data) < 2) return std::nullopt;
+  return quotient(reducer_compensation(units), units.over_data_dims(at.rank));
+}
+
+std::optional<rational> sequences_per_slice(const objective_units& units, const group_ref&) {
+  if (!joined_sequences(units)) return std::nullopt;
   return quotient(reducer_compensation(units), units.total() * units.update().mesh_extent(mesh_role::sequence));
 }
 
@@ -230,7 +257,7 @@ constexpr std::array<normalization, 6> report_table{{
      .remedy = "the denominator must be the valid tokens of the whole update, not of each microbatch"},
 }};
 
-constexpr std::array<normalization, 12> diagnosed_table{{
+constexpr std::array<normalization, 15> diagnosed_table{{
     {.name = "sum_of_microbatch_means",
      .formula = "Σₘ Sᵣₘ/{Drm}",
      .denominator = "{Drm}",
@@ -329,6 +356,38 @@ constexpr std::array<normalization, 12> diagnosed_table{{
                   "as it would be with the loss averaged over {sequence} once too often",
      .remedy = "count the tokens each rank holds after the split, or sum the whole sequences' counts over {data} "
                "only"},
+    {.name = "slice_length",
+     .formula = "W·Σₖ Sₖ/({D}·nₖ), nₖ each slice's tokens",
+     .denominator = "{D}·nₖ",
+     .level = scope::group,
+     .coefficient = slice_length_counted,
+     .computed = "each {sequence} rank divided its slice by the slice's length, not the whole sequence's: each "
+                 "slice's token mean took the place of its sequence's",
+     .why_wrong = "a token then weighs 1/(B·nₖ) by the valid tokens nₖ of the slice that holds it, not 1/(B·nₛ) "
+                  "by its whole sequence's: a sequence split over {sequence} weighs once per slice, a token on a "
+                  "short slice more than one on a long slice",
+     .remedy = "divide each slice by its whole sequence's valid tokens, the slices' counts summed over {sequence}"},
+    {.name = "sequences_over_data_dims",
+     .formula = "W·Sᵣ/({Dr} summed over {data})",
+     .denominator = "{Dr} summed over {data}",
+     .level = scope::rank,
+     .coefficient = sequences_over_data_dims_only,
+     .computed = "each rank divided its loss sum by the sequences counted over {data} only, each {sequence} rank "
+                 "counting the sequences its own slices hold a valid token of: a sequence whose valid tokens all "
+                 "lie on another {sequence} rank was left out of that rank's count",
+     .why_wrong = "the count then differs between the {sequence} ranks and falls short of B where a sequence's "
+                  "tokens lie on fewer than {CP} of them, so a token's weight depends on how its sequence was split",
+     .remedy = "count each sequence once, wherever its valid tokens lie: reduce the per-sequence counts over "
+               "{sequence} first (or count the rows before the split), then sum over {data}"},
+    {.name = "sequences_counted_per_slice",
+     .formula = "W·Sᵣ/({CP}·{D})",
+     .denominator = "{CP}·{D}",
+     .level = scope::update,
+     .coefficient = sequences_per_slice,
+     .computed = "the sequence count was summed over {mesh}: every {sequence} rank holds a slice of each of its "
+                 "sequences (its row of the batch), so each sequence was counted {CP} times",
+     .why_wrong = "the denominator is {CP}·B, so the gradient is the objective's divided by {CP}",
+     .remedy = "sum the sequence count over {data} only, or count each sequence on one {sequence} rank"},
     {.name = "count_with_replicas",
      .formula = "W·Sᵣ/({TP}·{D})",
      .denominator = "{TP}·{D}",
@@ -348,8 +407,13 @@ objective_units::objective_units(const partition& update, objective_kind objecti
     case objective_kind::token_mean: total_ = rational(update.valid_tokens()); break;
     case objective_kind::weighted_token_mean: total_ = update.mass(); break;
     case objective_kind::sequence_mean:
-    case objective_kind::sequence_sum_mean: total_ = rational(update.sequence_count()); break;
-    case objective_kind::constant: total_ = update.normalizer; break;
+    case objective_kind::sequence_sum_mean:
+      if (update.has_slices()) join_ = std::make_shared<const sequence_join>(update);
+      total_ = rational(join_ ? join_->sequences() : update.sequence_count());
+      break;
+    case objective_kind::constant:
+      total_ = update.normalizer;
+      break;
   }
   if (update.mesh_extent(mesh_role::sequence) < 2) return;
   // The counts reduced over one role's dimensions: one total per coordinate along the other role's.
@@ -394,7 +458,8 @@ rational objective_units::of_rank(std::size_t r) const {
   switch (objective_) {
     case objective_kind::weighted_token_mean: return rank.mass();
     case objective_kind::sequence_mean:
-    case objective_kind::sequence_sum_mean: return rational(rank.sequence_count());
+    case objective_kind::sequence_sum_mean:
+      return rational(join_ ? join_->rank_sequences(r) : rank.sequence_count());
     case objective_kind::token_mean:
     case objective_kind::constant: break;
   }
@@ -406,18 +471,25 @@ rational objective_units::of_microbatch(std::size_t r, std::size_t m) const {
   switch (objective_) {
     case objective_kind::weighted_token_mean: return microbatch.mass();
     case objective_kind::sequence_mean:
-    case objective_kind::sequence_sum_mean: return rational(microbatch.sequence_count());
+    case objective_kind::sequence_sum_mean:
+      return rational(join_ ? join_->microbatch_sequences(r, m) : microbatch.sequence_count());
     case objective_kind::token_mean:
     case objective_kind::constant: break;
   }
   return rational(microbatch.valid_tokens);
 }
 
-rational objective_units::token_factor(const group_stats& group) const {
+rational objective_units::token_factor(const group_ref& where) const {
   if (objective_ != objective_kind::sequence_mean) return rational(1);
+  const group_stats& group = update_->ranks[where.rank].microbatches[where.microbatch].group(where.group);
   if (group.valid_tokens == 0) return rational(0);
-  rational a = rational(1) / group.valid_tokens;
+  rational a = rational(1) / sequence_tokens(where);
   return a;
+}
+
+std::uint64_t objective_units::sequence_tokens(const group_ref& where) const {
+  if (join_) return join_->sequence_tokens(where.rank, where.microbatch, where.group);
+  return update_->ranks[where.rank].microbatches[where.microbatch].group(where.group).valid_tokens;
 }
 
 std::string_view objective_units::symbol(std::size_t level_index) const noexcept {
@@ -516,8 +588,7 @@ std::optional<rational> local_coefficient(const objective_units& units, const no
                                           const group_ref& where) {
   const std::optional<rational> c = n.coefficient(units, where);
   if (!c) return std::nullopt;
-  const group_stats& group = units.update().ranks[where.rank].microbatches[where.microbatch].group(where.group);
-  rational coefficient = *c * units.token_factor(group);
+  rational coefficient = *c * units.token_factor(where);
   return coefficient;
 }
 
@@ -549,7 +620,7 @@ std::optional<std::vector<rational>> delivered_weights(const objective_units& un
           rational delivered = *unit * reduced;
           unit = std::move(delivered);
         }
-        rational weight = *unit * units.token_factor(microbatch.group(g));
+        rational weight = *unit * units.token_factor(at);
         weights.push_back(std::move(weight));
       }
     }
@@ -569,14 +640,16 @@ std::optional<weighted_totals> totals(const objective_units& units, const normal
     if (!absolute) return c;
     return abs(*c);
   };
-  auto moments_of = [&](const group_stats& g, tree_sum& mass, tree_sum& value, const rational* scale) {
+  // `at` is the group's place (read under sequence_mean only, for its sequence's token factor).
+  auto moments_of = [&](const group_stats& g, const group_ref& at, tree_sum& mass, tree_sum& value,
+                        const rational* scale) {
     const rational& v = absolute ? g.weighted_target_abs_sum() : g.weighted_target_sum();
     if (!factored && !scale) {
       mass.add(g.mass());
       value.add(v);
       return;
     }
-    rational c = factored ? units.token_factor(g) : rational(1);
+    rational c = factored ? units.token_factor(at) : rational(1);
     if (scale) c *= *scale;
     if (c == 0) return;
     mass.add(c * g.mass());
@@ -613,13 +686,14 @@ std::optional<weighted_totals> totals(const objective_units& units, const normal
           const std::optional<rational> c = magnitude(n.coefficient(units, {r, m, g}));
           if (!c && absolute) continue;
           if (!c) return std::nullopt;
-          moments_of(microbatch.group(g), rank_mass, rank_value, &*c);
+          moments_of(microbatch.group(g), {r, m, g}, rank_mass, rank_value, &*c);
         }
       } else if (factored) {
         for (std::size_t g = 0; g < microbatch.group_count(); ++g)
-          moments_of(microbatch.group(g), rank_mass, rank_value, microbatch_unit ? &*microbatch_unit : nullptr);
+          moments_of(microbatch.group(g), {r, m, g}, rank_mass, rank_value,
+                     microbatch_unit ? &*microbatch_unit : nullptr);
       } else if (microbatch.valid_tokens > 0) {
-        moments_of(microbatch, rank_mass, rank_value, microbatch_unit ? &*microbatch_unit : nullptr);
+        moments_of(microbatch, {r, m, 0}, rank_mass, rank_value, microbatch_unit ? &*microbatch_unit : nullptr);
       }
     }
     rational mass = rank_mass.value();
@@ -645,11 +719,11 @@ rational objective_loss_sum(const objective_units& units, std::size_t rank) {
   const rank_stats& stats = units.update().ranks[rank];
   if (units.objective() != objective_kind::sequence_mean) return loss_gradient_sum(stats, units.update().theta);
   tree_sum total;
-  for (const microbatch_stats& m : stats.microbatches)
-    for (std::size_t g = 0; g < m.group_count(); ++g) {
-      const group_stats& group = m.group(g);
+  for (std::size_t m = 0; m < stats.microbatches.size(); ++m)
+    for (std::size_t g = 0; g < stats.microbatches[m].group_count(); ++g) {
+      const group_stats& group = stats.microbatches[m].group(g);
       if (group.valid_tokens == 0) continue;
-      total.add(loss_gradient_sum(group, units.update().theta) * units.token_factor(group));
+      total.add(loss_gradient_sum(group, units.update().theta) * units.token_factor({rank, m, g}));
     }
   return total.value();
 }

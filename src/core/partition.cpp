@@ -3,6 +3,7 @@
 #include "normcheck/core/counts.hpp"
 #include "normcheck/core/errors.hpp"
 #include "normcheck/core/names.hpp"
+#include "normcheck/core/sequence_join.hpp"
 
 #include <algorithm>
 
@@ -158,6 +159,7 @@ rational rank_stats::weighted_target_sum() const {
 }
 
 std::uint64_t partition::sequence_count() const {
+  if (has_slices()) return sequence_join(*this).sequences();
   std::uint64_t total = 0;
   for (const rank_stats& r : ranks) total = add_counts(total, r.sequence_count());
   return total;
@@ -168,6 +170,10 @@ std::uint64_t partition::group_count() const {
   for (const rank_stats& r : ranks)
     for (const microbatch_stats& m : r.microbatches) total = add_counts(total, m.group_count());
   return total;
+}
+
+bool partition::has_slices() const {
+  return !sequence_ids.empty();
 }
 
 bool partition::has_sequences() const {

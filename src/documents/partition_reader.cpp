@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 
 
@@ -53,6 +54,7 @@ struct position_range {
 struct sequence_slice {
   std::size_t rank = 0;
   std::size_t microbatch = 0;
+  std::size_t group = 0;  // its place among the microbatch's sequences
   std::string id;
   std::vector<position_range> positions;
   std::uint64_t offset = 0;
@@ -148,7 +150,9 @@ public:
                  world_size_offset);
     check_mesh();
     check_slices();
+    require_slice_ids();
     collapse_replicas();
+    join_slices();
     check_weighting();
     check_objective();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
@@ -225,7 +229,6 @@ private:
   }
 
   // The mesh against the ranks: the sizes' product is W, every `coords` the rank's row-major coordinates.
-  // Replicas and slices of the same sequences are refused until the objective counts them.
   void check_mesh() {
     if (file_.update.mesh.empty()) {
       if (!coords_.empty())
@@ -254,16 +257,6 @@ private:
                    "rank " + std::to_string(rank) + "'s coords are not its row-major coordinates in the mesh (" +
                        spelled_coords(expected) + "): ranks are listed in the order init_device_mesh numbers them",
                    at);
-    }
-    for (const mesh_dim& dim : file_.update.mesh) {
-      if (dim.size == 1 || dim.role != mesh_role::sequence) continue;
-      if (counts_sequences(file_.update.objective))
-        json_.fail(error_code::schema_error,
-                   "mesh dimension \"" + dim.name +
-                       "\" has the role sequence, whose slices this normcheck does not yet "
-                       "join into whole sequences under " +
-                       std::string(objective_name(file_.update.objective)),
-                   *mesh_offset_);
     }
   }
 
@@ -432,8 +425,12 @@ private:
                      weights_offset);
       if (tokens.peek() != json_kind::array)
         tokens.fail(error_code::schema_error,
-                    "a compact group {\"count\", \"value\"} holds unweighted tokens; under weighted_token_mean list "
-                    "the tokens and give a weight beside each",
+                    names_a_slice(tokens)
+                        ? "weights beside a sequence slice are not read by this version: under weighted_token_mean "
+                          "list each rank's tokens as token arrays with their weights (the weighted token mean "
+                          "needs no join: each token counts once on whichever rank holds it)"
+                        : "a compact group {\"count\", \"value\"} holds unweighted tokens; under weighted_token_mean "
+                          "list the tokens and give a weight beside each",
                     tokens.value_offset());
       if (weights.peek() != json_kind::array) weights.fail_type("each sequence's weights", "an array of weights");
       sequences.push_back(read_weighted_tokens(tokens, weights));
@@ -446,6 +443,19 @@ private:
     // The tokens' object was checked when it was first read: only its closing brace is left.
     if (tokens.next_member(key)) tokens.fail_unknown_key(key, "in a microbatch of sequences");
     return make_sequenced_microbatch(std::move(sequences));
+  }
+
+  // Whether the object at `tokens`' position is a sequence slice (it names "sequence", "positions" or
+  // "targets"), read by a second reader so that `tokens` stays where it is.
+  static bool names_a_slice(field_reader& tokens) {
+    field_reader object = tokens.at(tokens.value_offset());
+    object.begin_object();
+    std::string_view key;
+    while (object.next_member(key)) {
+      if (key == "sequence" || key == "positions" || key == "targets") return true;
+      object.skip_value();
+    }
+    return false;
   }
 
   microbatch_stats read_weighted_tokens(field_reader& tokens, field_reader& weights) {
@@ -594,7 +604,9 @@ private:
         if (key == "sequences")
           json_.fail(error_code::schema_error, "sequences do not nest: a sequence is a token array or a compact group",
                      json_.key_offset());
+        const std::size_t slices = slices_.size();
         sequences.push_back(read_compact(sequence_offset, key, microbatch));
+        if (slices_.size() > slices) slices_.back().group = sequences.size() - 1;
       } else {
         sequences.push_back(read_token_array("each sequence", sequence_offset));
       }
@@ -636,7 +648,7 @@ private:
                    "a compact group has count, value and padding; \"sequences\" stands alone in a microbatch",
                    json_.key_offset());
       } else if (microbatch && (key == "sequence" || key == "positions" || key == "targets")) {
-        if (!slice) slice = sequence_slice{file_.update.ranks.size(), *microbatch, {}, {}, offset, false};
+        if (!slice) slice = sequence_slice{file_.update.ranks.size(), *microbatch, 0, {}, {}, offset, false};
         if (key == "sequence") {
           slice->id = std::string(json_.text("sequence"));
           slice->named = true;
@@ -757,11 +769,6 @@ private:
       json_.fail(error_code::schema_error,
                  "a sequence slice needs a mesh with a sequence dimension, whose ranks hold the slices of one sequence",
                  slices_.front().offset);
-    if (counts_sequences(file_.update.objective))
-      json_.fail(error_code::schema_error,
-                 "this normcheck does not yet join sequence slices into whole sequences under " +
-                     std::string(objective_name(file_.update.objective)),
-                 slices_.front().offset);
     // Per sequence, its ranges so far by start: disjoint, so the one starting last before a range's end
     // is the only one that can overlap it.
     std::map<std::tuple<std::vector<std::uint64_t>, std::size_t, std::string>,
@@ -783,6 +790,49 @@ private:
                      slice.offset);
       }
       for (const position_range& range : slice.positions) ranges[range.start] = {range.end, slice.rank};
+    }
+  }
+
+  // Each slice's sequence ID, numbered in order of first appearance, on the rank that holds it (the first
+  // of its replicas, as the update keeps them): core/sequence_join joins the slices into whole sequences.
+  void join_slices() {
+    if (slices_.empty()) return;
+    std::map<std::string, std::uint64_t> numbers;
+    std::map<std::size_t, std::size_t> kept;  // listed rank of a first replica → its index in the update
+    for (std::uint64_t listed = 0; listed < file_.update.listed_ranks(); ++listed)
+      if (file_.update.first_replica(listed) == listed) kept.emplace(listed, kept.size());
+    file_.update.sequence_ids.resize(file_.update.ranks.size());
+    for (const sequence_slice& slice : slices_) {
+      if (file_.update.first_replica(slice.rank) != slice.rank) continue;  // a replica's slices repeat its first's
+      const std::size_t r = kept.at(slice.rank);
+      const rank_stats& rank = file_.update.ranks[r];
+      file_.update.sequence_ids[r].resize(rank.microbatches.size());
+      std::vector<std::uint64_t>& ids = file_.update.sequence_ids[r][slice.microbatch];
+      ids.resize(rank.microbatches[slice.microbatch].group_count());
+      ids[slice.group] = numbers.try_emplace(slice.id, numbers.size() + 1).first->second;
+    }
+  }
+
+  // Under the sequence objectives on a mesh whose sequence dimensions split sequences, every sequence that
+  // holds a valid token says which sequence it is a slice of (refused at the rank of the first that does
+  // not): counted as a whole sequence of its own, a slice would count once per rank that holds part of it.
+  void require_slice_ids() {
+    if (!counts_sequences(file_.update.objective) || file_.update.mesh_extent(mesh_role::sequence) < 2) return;
+    std::set<std::tuple<std::size_t, std::size_t, std::size_t>> named;
+    for (const sequence_slice& slice : slices_) named.insert({slice.rank, slice.microbatch, slice.group});
+    for (std::size_t r = 0; r < file_.update.ranks.size(); ++r) {
+      const rank_stats& rank = file_.update.ranks[r];
+      for (std::size_t m = 0; m < rank.microbatches.size(); ++m)
+        for (std::size_t g = 0; rank.microbatches[m].sequences && g < rank.microbatches[m].group_count(); ++g)
+          if (rank.microbatches[m].group(g).valid_tokens > 0 && !named.count({r, m, g}))
+            json_.fail(error_code::schema_error,
+                       "rank " + std::to_string(r) + ", microbatch " + std::to_string(m) + ", sequence " +
+                           std::to_string(g) + " is not a slice, but the ranks of " +
+                           file_.update.mesh_names(mesh_role::sequence) + " hold slices of the same sequences and " +
+                           std::string(objective_name(file_.update.objective)) +
+                           " counts each sequence once: give it \"sequence\", the ID of the sequence it is a "
+                           "slice of (and its \"targets\" or a compact group)",
+                       rank_offsets_[r]);
     }
   }
 

@@ -160,8 +160,11 @@ std::vector<std::string> empty_places(const partition& update) {
 // On a mesh with sequence dimensions a rank's own count is the count of its slices: local_mean says so.
 void in_mesh_terms(std::string_view name, const partition& update, std::string& computed) {
   if (name != "local_mean" || update.mesh_extent(mesh_role::sequence) < 2) return;
-  computed += mesh_spelled(": each {sequence} rank divided by the tokens of its own slices, not by the count "
-                           "reduced over {mesh}",
+  computed += mesh_spelled(counts_sequences(update.objective)
+                               ? ": each {sequence} rank divided by the sequences its own slices hold, not by B, "
+                                 "each sequence counted once over {mesh}"
+                               : ": each {sequence} rank divided by the tokens of its own slices, not by the count "
+                                 "reduced over {mesh}",
                            update);
 }
 
@@ -224,6 +227,14 @@ std::string correct_instead(const partition& update) {
     instead += mesh_spelled("; on this mesh W = " + std::to_string(update.world_size()) +
                                 " counts the ranks of {mesh}, and N each token once, not once per {replica} replica",
                             update);
+  if (counts_sequences(update.objective) && update.has_slices())
+    instead += mesh_spelled(
+        std::string("; on this mesh B counts each sequence once, however many {sequence} ranks hold slices of it") +
+            (update.objective == objective_kind::sequence_mean
+                 ? ", and a slice's tokens divide by nₛ, the valid tokens of all the sequence's slices (summed over "
+                   "{sequence})"
+                 : ""),
+        update);
   return instead;
 }
 

@@ -10,6 +10,26 @@ namespace {
 
 std::uint64_t positions_of(const microbatch_stats& microbatch) { return microbatch.valid_tokens + microbatch.padding; }
 
+// The slices of the microbatch just repeated on every rank are slices of its sequences' copies: its IDs repeat,
+// and the microbatch's number makes them other sequences.
+void repeat_last_slices(partition& more) {
+  if (more.sequence_ids.empty()) return;
+  more.sequence_ids.resize(more.ranks.size());
+  for (std::size_t r = 0; r < more.ranks.size(); ++r) {
+    auto& rows = more.sequence_ids[r];
+    rows.resize(more.ranks[r].microbatches.size() - 1);
+    rows.push_back(rows.empty() ? std::vector<std::uint64_t>() : rows.back());
+  }
+}
+
+// The same for the last `block` ranks just repeated: their data coordinate makes them other sequences.
+void repeat_last_slice_ranks(partition& more, std::size_t block) {
+  if (more.sequence_ids.empty()) return;
+  const std::size_t before = more.ranks.size() - block;
+  more.sequence_ids.resize(before);
+  for (std::size_t r = before - block; r < before; ++r) more.sequence_ids.push_back(more.sequence_ids[r]);
+}
+
 // Whether `added` more positions keep the update within the counts kept exact.
 bool room_for(const partition& update, std::uint64_t added) { return added <= max_count - update.positions(); }
 
@@ -29,6 +49,7 @@ std::vector<nearby_update> nearby_updates(const partition& update) {
   if (every_rank_has_one && room_for(update, added)) {
     partition more = update;
     for (rank_stats& rank : more.ranks) rank.microbatches.push_back(rank.microbatches.back());
+    repeat_last_slices(more);
     const bool equal = g > 1 && g == update.world_size();
     out.push_back({equal ? "G ≠ W (here G = W = " + std::to_string(g) + ")"
                          : "another number of accumulation steps" +
@@ -48,6 +69,7 @@ std::vector<nearby_update> nearby_updates(const partition& update) {
     partition more = update;
     for (std::size_t r = update.ranks.size() - block; r < update.ranks.size(); ++r)
       more.ranks.push_back(update.ranks[r]);
+    repeat_last_slice_ranks(more, block);
     if (!more.mesh.empty()) more.mesh.front().size += 1;
     out.push_back({update.mesh.empty()
                        ? "another number of ranks (here W = " + std::to_string(update.world_size()) + ")"

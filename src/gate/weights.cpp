@@ -182,8 +182,8 @@ public:
     if (!coefficient) return std::nullopt;
     rational weight = *coefficient;
     if (units_.objective() == objective_kind::sequence_mean) {
-      // × token_factor: 1/nₛ of the group's valid tokens (0 without any); nothing to do for one token.
-      const std::uint64_t n = group_of(where).valid_tokens;
+      // × token_factor: 1/nₛ of its sequence's valid tokens (0 for a group without any); nothing to do for one.
+      const std::uint64_t n = group_of(where).valid_tokens == 0 ? 0 : units_.sequence_tokens(where);
       if (n == 0) weight = 0;
       else if (n != 1) weight /= n;
     }
@@ -194,9 +194,11 @@ public:
   /// Whether every group of a unit weighs the unit's coefficient (no factor of its own).
   bool uniform_in_units() const { return units_.objective() != objective_kind::sequence_mean && !ratio_; }
   /// Whether the group at `where` weighs its unit's coefficient: the table is uniform in its units, or the
-  /// group's own factor is 1 (a sequence of one token under the sequence mean).
+  /// group's own factor is 1 (a sequence of one token under the sequence mean; a slice's factor is its whole
+  /// sequence's).
   bool weighs_coefficient(const group_ref& where) const {
-    return uniform_in_units() || (!ratio_ && group_of(where).valid_tokens == 1);
+    return uniform_in_units() ||
+           (!ratio_ && group_of(where).valid_tokens > 0 && units_.sequence_tokens(where) == 1);
   }
   /// Whether every group of a microbatch weighs the same: uniform in units no finer than a microbatch.
   bool uniform_in_microbatches() const { return uniform_in_units() && normalization_->level != scope::group; }

@@ -1,6 +1,7 @@
 #include "normcheck/recipes/recipe.hpp"
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/core/sequence_join.hpp"
 #include "normcheck/core/utf8.hpp"
 
 #include <algorithm>
@@ -242,9 +243,10 @@ struct part_counts {
   std::uint64_t sequences;
 };
 
-// The counts of a group, given the update's and its rank's totals.
+// The counts of a group, given the update's and its rank's totals; `join` counts the sequences (B, b_r, b_m and
+// n_s count whole sequences, the slices of one sequence joined).
 count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::size_t g, const part_counts& all,
-                       const part_counts& rank_counts) {
+                       const part_counts& rank_counts, const sequence_join& join) {
   const rank_stats& rank = update.ranks[r];
   const microbatch_stats& microbatch = rank.microbatches[m];
   count_values values;
@@ -259,22 +261,26 @@ count_values counts_at(const partition& update, std::size_t r, std::size_t m, st
   values[variable_index(count_variable::m_m)] = microbatch.mass();
   values[variable_index(count_variable::B)] = all.sequences;
   values[variable_index(count_variable::b_r)] = rank_counts.sequences;
-  values[variable_index(count_variable::b_m)] = microbatch.sequence_count();
-  values[variable_index(count_variable::n_s)] = microbatch.group(g).valid_tokens;
+  values[variable_index(count_variable::b_m)] = join.microbatch_sequences(r, m);
+  values[variable_index(count_variable::n_s)] = join.sequence_tokens(r, m, g);
   values[variable_index(count_variable::C)] = update.normalizer;
   return values;
 }
 
-part_counts counts_of(const partition& update) {
-  return {update.valid_tokens(), update.mass(), update.sequence_count()};
+part_counts counts_of(const partition& update, const sequence_join& join) {
+  return {update.valid_tokens(), update.mass(), join.sequences()};
 }
 
-part_counts counts_of(const rank_stats& rank) { return {rank.valid_tokens(), rank.mass(), rank.sequence_count()}; }
+part_counts counts_of(const partition& update, std::size_t r, const sequence_join& join) {
+  const rank_stats& rank = update.ranks[r];
+  return {rank.valid_tokens(), rank.mass(), join.rank_sequences(r)};
+}
 
 }  // namespace
 
 count_values counts_at(const partition& update, std::size_t r, std::size_t m, std::size_t g) {
-  return counts_at(update, r, m, g, counts_of(update), counts_of(update.ranks[r]));
+  const sequence_join join(update);
+  return counts_at(update, r, m, g, counts_of(update, join), counts_of(update, r, join), join);
 }
 
 recipe_value recipe_gradient(const partition& update, const recipe& r) {
@@ -282,16 +288,17 @@ recipe_value recipe_gradient(const partition& update, const recipe& r) {
   // added in a balanced tree. A scale that does not read n_s is the same for every group of a microbatch, so it
   // is computed once per microbatch and multiplies the microbatch's sums.
   const bool per_group = r.scale.uses(count_variable::n_s);
-  const part_counts all = counts_of(update);
+  const sequence_join join(update);
+  const part_counts all = counts_of(update, join);
   tree_sum scaled_masses;
   tree_sum scaled_sums;
   for (std::size_t rank = 0; rank < update.ranks.size(); ++rank) {
-    const part_counts rank_counts = counts_of(update.ranks[rank]);
+    const part_counts rank_counts = counts_of(update, rank, join);
     for (std::size_t m = 0; m < update.ranks[rank].microbatches.size(); ++m) {
       const microbatch_stats& microbatch = update.ranks[rank].microbatches[m];
       const std::size_t groups = per_group ? microbatch.group_count() : 1;
       for (std::size_t g = 0; g < groups; ++g) {
-        recipe_value scale = r.scale.evaluate(counts_at(update, rank, m, g, all, rank_counts));
+        recipe_value scale = r.scale.evaluate(counts_at(update, rank, m, g, all, rank_counts, join));
         if (!scale.value) return scale;
         const group_stats& group = per_group ? microbatch.group(g) : microbatch;
         scaled_masses.add(*scale.value * group.mass());

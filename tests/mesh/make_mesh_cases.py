@@ -121,6 +121,108 @@ def count_over_cp(ranks: list[list[int]]) -> list[Fraction]:
     return [Fraction(2, sum(len(ranks[p]) for p in peers(r, along=1))) / 4 for r in range(4)]
 
 
+# The sequence objectives on dp2×cp2 (RL fine-tuning: each row a prompt, masked, then a response and padding):
+# sequence ID -> every position's target (None: no valid token) in the whole sequence, per data group. Some
+# slices hold no valid token (a prompt chunk, a padding chunk), so a count of each rank's own sequences
+# differs between the cp ranks.
+ROLLOUTS = [
+    {"a": [None, None, None, None, 2, 4, 6, None], "b": [None, 1, 3, 5, 7, 9, 11, 13]},
+    {"a": [None, None, 8, 10], "b": [None, None, None, None, None, None, 3, 5], "c": [1, 2, 3, 4]},
+]
+# Every slice holds a valid token: counting each rank's sequences over dp only gives B on every rank.
+FULL_ROLLOUTS = [
+    {"a": [1, 2, 3, 4, 5, 6, 7, 8], "b": [2, 4, 6, 8]},
+    {"a": [1, 1, 2, 2], "b": [3, 5, 7, 9, 11, 13, 15, 17], "c": [4, 4, 4, 4]},
+]
+
+
+def contiguous(length: int, cp_rank: int) -> list[list[int]]:
+    """The plain split: rank i holds the i-th half of the sequence."""
+    half = length // 2
+    return [[cp_rank * half, (cp_rank + 1) * half]]
+
+
+def rollout_slices(rollouts: list[dict[str, list[int | None]]],
+                   split: object) -> list[list[tuple[str, list[int | None]]]]:
+    """Each rank's slices (sequence ID and targets) in the mesh's row-major order, as `split` deals them."""
+    ranks = []
+    for group in rollouts:
+        for cp_rank in range(2):
+            slices = []
+            for sequence, targets in group.items():
+                ranges = split(len(targets), cp_rank)  # type: ignore[operator]
+                slices.append((sequence, [targets[i] for start, end in ranges for i in range(start, end)]))
+            ranks.append(slices)
+    return ranks
+
+
+def sequence_lengths(rollouts: list[dict[str, list[int | None]]]) -> dict[tuple[int, str], int]:
+    """nₛ of each whole sequence, by data coordinate and ID."""
+    return {(dp, sequence): sum(y is not None for y in targets)
+            for dp, group in enumerate(rollouts) for sequence, targets in group.items()}
+
+
+def slice_weights(rollouts: list[dict[str, list[int | None]]], split: object, objective: str,
+                  mistake: str | None) -> list[list[Fraction]]:
+    """The weight of each slice's tokens in the synchronized gradient, per rank and slice: the objective's
+    (1/(B·nₛ) or 1/B), or a mistake's. Each rank's code is written out: the loss a rank backpropagates is
+    Σₖ c(k)·Sₖ over its slices, and DDP's mean over W = 4 divides it by 4."""
+    ranks = rollout_slices(rollouts, split)
+    lengths = sequence_lengths(rollouts)
+    b = sum(n > 0 for n in lengths.values())
+    held = [sum(any(y is not None for y in targets) for _, targets in slices) for slices in ranks]
+    weights = []
+    for r, slices in enumerate(ranks):
+        dp, cp = coords(r)
+        row = []
+        for sequence, targets in slices:
+            n_s = lengths[(dp, sequence)]
+            n_k = sum(y is not None for y in targets)
+            per_token = Fraction(1, n_s) if objective == "sequence_mean" else Fraction(1)
+            count = b
+            if mistake == "slice_length":
+                per_token = Fraction(1, n_k) if n_k else Fraction(0)
+            elif mistake == "sequences_over_data_dims":
+                count = sum(held[p] for p in peers(r, along=0))
+            elif mistake == "sequences_counted_per_slice":
+                count = 2 * b
+            row.append(Fraction(4, count) * per_token / 4)
+        weights.append(row)
+    return weights
+
+
+def rollout_case(description: str, rollouts: list[dict[str, list[int | None]]], split: object, objective: str,
+                 mistake: str | None, gate: dict[str, object]) -> dict[str, object]:
+    """dp2×cp2 under a sequence objective, the sequences split by `split` into slices with their positions,
+    measured per group: every rank holds the vector of the slices' components, weight × Σ(θ − y) at θ = 0."""
+    ranks = rollout_slices(rollouts, split)
+    weights = slice_weights(rollouts, split, objective, mistake)
+    listed = []
+    vector = []
+    for r, slices in enumerate(ranks):
+        written = []
+        for (sequence, targets), weight in zip(slices, weights[r]):
+            dp, cp = coords(r)
+            ranges = split(len(rollouts[dp][sequence]), cp)  # type: ignore[operator]
+            written.append({"sequence": sequence, "positions": ranges, "targets": targets})
+            vector.append(text(weight * -sum(y for y in targets if y is not None)))
+        listed.append({"coords": coords(r), "targets": {"sequences": written}})
+    return {"format": "normcheck/1", "description": description, "objective": objective, "mesh": MESH,
+            "ranks": listed, "reducer": "mean", "theta": 0,
+            "observed": {"per_rank": [vector] * 4, "dtype": "exact"}, "expect_gate": gate}
+
+
+def rollout_objective(rollouts: list[dict[str, list[int | None]]], objective: str) -> Fraction:
+    """The sequence objective's gradient at θ = 0 from the whole sequences, no slice in sight."""
+    means = []
+    for group in rollouts:
+        for targets in group.values():
+            valid = [y for y in targets if y is not None]
+            if valid:
+                means.append(Fraction(-sum(valid), len(valid) if objective == "sequence_mean" else 1))
+    return sum(means, Fraction(0)) / len(means)
+
+
 REPLICA_MESH = {"dims": [{"name": "dp", "size": 3, "role": "data"}, {"name": "tp", "size": 2, "role": "replica"}]}
 
 
@@ -188,6 +290,51 @@ def main() -> None:
         "dp3_tp2_scaled_by_tp.json": replica_case("dp 3 × tp 2, the loss scaled by the tp size", groups, distinct * 2,
                                                   {"verdict": "fail", "explanations": ["objective×tp"]}),
     })
+    # The sequence objectives on slices: correct runs under both, contiguous and zigzag, and each mistake.
+    pass_gate = {"verdict": "pass"}
+    for kind in ("sequence_mean", "sequence_sum_mean"):
+        for split_name, split in (("contiguous", contiguous), ("zigzag", zigzag)):
+            cases[f"dp2_cp2_{kind}_{split_name}_correct.json"] = rollout_case(
+                f"dp 2 × cp 2 under {kind}, {split_name} slices joined into whole sequences: W·Sᵣ/B, "
+                "B counting each sequence once", ROLLOUTS, split, kind, None, pass_gate)
+    mistakes = {
+        "slice_length": ("sequence_mean", "each cp rank divided its slice by the slice's own length "
+                         "(Megatron-LM #7452 finding 9, under the sequence mean)"),
+        "sequences_over_data_dims": ("sequence_mean", "B counted over dp only, each cp rank counting the "
+                                     "sequences its slices hold a valid token of (verl #5983, for sequences)"),
+        "sequences_counted_per_slice": ("sequence_mean", "B summed over dp × cp: each sequence counted on both "
+                                        "cp ranks (prime-rl #2562, verl #5869, for sequences)"),
+    }
+    for mistake, (kind, why) in mistakes.items():
+        cases[f"dp2_cp2_{kind}_{mistake}.json"] = rollout_case(
+            f"dp 2 × cp 2 under {kind}, zigzag slices: {why}", ROLLOUTS, zigzag, kind, mistake,
+            {"verdict": "fail", "explanations": [mistake]})
+    cases["dp2_cp2_sequence_sum_mean_sequences_over_data_dims.json"] = rollout_case(
+        "dp 2 × cp 2 under sequence_sum_mean, contiguous slices: B counted over dp only", ROLLOUTS, contiguous,
+        "sequence_sum_mean", "sequences_over_data_dims",
+        {"verdict": "fail", "explanations": ["sequences_over_data_dims"]})
+    # A recipe reads the joined counts: n_s is the whole sequence's, so W / (B * n_s) is the objective.
+    cases["dp2_cp2_sequence_mean_recipe.json"] = dict(
+        rollout_case("dp 2 × cp 2 under sequence_mean, zigzag slices, the recipe W / (B * n_s) with n_s the whole "
+                     "sequence's valid tokens", ROLLOUTS, zigzag, "sequence_mean", None, pass_gate),
+        recipe={"scale": "W / (B * n_s)"}, expect={"recipe": text(rollout_objective(ROLLOUTS, "sequence_mean"))})
+    cases["dp2_cp2_sequence_mean_every_slice_holds_a_token.json"] = rollout_case(
+        "dp 2 × cp 2 under sequence_mean, every slice holding a valid token: B counted over dp only is B, "
+        "so the count cannot be told apart", FULL_ROLLOUTS, zigzag, "sequence_mean", None,
+        {"verdict": "inconclusive", "explanations": ["sequences_over_data_dims"]})
+    for kind in ("sequence_mean", "sequence_sum_mean"):
+        for split in (contiguous, zigzag):
+            # The slices' components add up to the objective's gradient over the whole sequences.
+            total = sum(w * -sum(y for y in t if y is not None)
+                        for row, slices in zip(slice_weights(ROLLOUTS, split, kind, None),
+                                               rollout_slices(ROLLOUTS, split))
+                        for w, (_, t) in zip(row, slices))
+            assert total == rollout_objective(ROLLOUTS, kind)
+    for mistake in mistakes:
+        assert slice_weights(ROLLOUTS, zigzag, "sequence_mean", mistake) != slice_weights(
+            ROLLOUTS, zigzag, "sequence_mean", None)
+    assert slice_weights(FULL_ROLLOUTS, zigzag, "sequence_mean", "sequences_over_data_dims") == slice_weights(
+        FULL_ROLLOUTS, zigzag, "sequence_mean", None)
     assert len(set(count_over_dp(uneven))) > 1 and len(set(count_over_cp(uneven))) > 1
     assert local_mean(uneven) != objective(uneven) and local_mean(even) == objective(even)
     assert local_mean(sliced) != objective(sliced)

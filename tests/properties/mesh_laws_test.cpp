@@ -1,8 +1,9 @@
 // Laws of the device mesh: the objective's gradient does not depend on how its tokens are dealt over a
 // dp × cp × tp mesh, and the mesh's counts (over data dimensions only, over sequence dimensions only,
 // before the sequences were split, with every replica) are what an independent reckoning over explicit
-// coordinates gives. Each law
-// keeps a planted wrong input it catches.
+// coordinates gives. Under the sequence objectives, slices of whole sequences dealt over dp × cp are joined:
+// the gradient is the one reckoned from the whole sequences, and the mistakes of a count taken per slice
+// have the weights reckoned from the slices. Each law keeps a planted wrong input it catches.
 
 #include "normcheck/core/gradients.hpp"
 #include "normcheck/core/normalization.hpp"
@@ -10,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -177,7 +179,260 @@ bool counts_reckoned(bool last_fastest) {
   });
 }
 
+// Whole sequences of a dp × cp mesh and how their positions are dealt: sequences[d][s] the targets of
+// sequence s of data coordinate d (nullopt: no valid token), holder[d][s][i] the cp rank holding position i.
+struct sliced_layout {
+  std::size_t dp = 1;
+  std::size_t cp = 2;
+  std::vector<std::vector<std::vector<token>>> sequences;
+  std::vector<std::vector<std::vector<std::size_t>>> holder;
+};
+
+rc::Gen<sliced_layout> sliced_layouts() {
+  return rc::gen::exec([] {
+    sliced_layout layout;
+    layout.dp = *rc::gen::inRange<std::size_t>(1, 4);
+    layout.cp = *rc::gen::inRange<std::size_t>(2, 4);
+    layout.sequences.resize(layout.dp);
+    layout.holder.resize(layout.dp);
+    for (std::size_t d = 0; d < layout.dp; ++d) {
+      const auto count = *rc::gen::inRange<std::size_t>(1, 4);
+      for (std::size_t s = 0; s < count; ++s) {
+        const auto length = *rc::gen::inRange<std::size_t>(0, 7);
+        std::vector<token> targets;
+        std::vector<std::size_t> held;
+        for (std::size_t i = 0; i < length; ++i) {
+          const bool valid = *rc::gen::inRange(0, 4) > 0;
+          targets.push_back(valid ? token(rational(*rc::gen::inRange(-30, 31)) / 10) : std::nullopt);
+          held.push_back(*rc::gen::inRange<std::size_t>(0, layout.cp));
+        }
+        layout.sequences[d].push_back(std::move(targets));
+        layout.holder[d].push_back(std::move(held));
+      }
+    }
+    // At least one valid token, so that B > 0.
+    layout.sequences[0][0].emplace_back(rational(1));
+    layout.holder[0][0].push_back(0);
+    return layout;
+  });
+}
+
+// The layout as an update: rank d·cp + c lists, in one microbatch, its slice of every sequence of its data
+// coordinate (an empty slice where it holds none of its positions), each slice with its sequence's ID.
+// `planted`: the IDs left out, so that every slice counts as a sequence of its own.
+partition sliced_update(const sliced_layout& layout, normcheck::objective_kind objective, reducer_kind reducer,
+                        const rational& theta, bool planted = false) {
+  partition p;
+  p.objective = objective;
+  p.reducer = reducer;
+  p.theta = theta;
+  p.mesh = {{"dp", layout.dp, mesh_role::data}, {"cp", layout.cp, mesh_role::sequence}};
+  for (std::size_t d = 0; d < layout.dp; ++d)
+    for (std::size_t c = 0; c < layout.cp; ++c) {
+      normcheck::rank_stats rank;
+      std::vector<normcheck::group_stats> slices;
+      std::vector<std::uint64_t> ids;
+      for (std::size_t s = 0; s < layout.sequences[d].size(); ++s) {
+        std::vector<token> held;
+        for (std::size_t i = 0; i < layout.sequences[d][s].size(); ++i)
+          if (layout.holder[d][s][i] == c) held.push_back(layout.sequences[d][s][i]);
+        slices.push_back(normcheck::summarize(held));
+        ids.push_back(s + 1);
+      }
+      rank.microbatches.push_back(normcheck::make_sequenced_microbatch(std::move(slices)));
+      if (!planted) p.sequence_ids.push_back({std::move(ids)});
+      p.ranks.push_back(std::move(rank));
+    }
+  return p;
+}
+
+std::uint64_t valid_count(const std::vector<token>& tokens) {
+  return static_cast<std::uint64_t>(std::count_if(tokens.begin(), tokens.end(), [](const token& t) { return t; }));
+}
+
+// The sequence objective's gradient from the whole sequences, no slice in sight.
+rational whole_sequence_objective(const sliced_layout& layout, normcheck::objective_kind objective,
+                                  const rational& theta) {
+  rational sum = 0;
+  std::uint64_t sequences = 0;
+  for (const auto& data : layout.sequences)
+    for (const auto& targets : data) {
+      const std::uint64_t n = valid_count(targets);
+      if (n == 0) continue;
+      ++sequences;
+      rational derivative = 0;
+      for (const token& t : targets)
+        if (t) derivative += theta - *t;
+      sum += objective == normcheck::objective_kind::sequence_mean ? derivative / rational(n) : derivative;
+    }
+  rational mean = sum / rational(sequences);
+  return mean;
+}
+
+rc::Gen<normcheck::objective_kind> sliced_objectives() {
+  return rc::gen::element(normcheck::objective_kind::sequence_mean, normcheck::objective_kind::sequence_sum_mean);
+}
+
+// Whether the correct normalization (and the objective's own weights) give the whole sequences' objective
+// however the sequences are split over cp and dealt over dp; `planted`: the slices not joined.
+bool sliced_invariant(bool planted) {
+  return rc::check("the sequence objectives' gradient does not depend on how sequences are split over dp × cp",
+                   [planted] {
+                     const sliced_layout layout = *sliced_layouts();
+                     const auto objective = *sliced_objectives();
+                     const auto reducer = *rc::gen::element(reducer_kind::mean, reducer_kind::sum);
+                     const rational theta = rational(*rc::gen::inRange(-20, 21)) / 10;
+                     const partition p = sliced_update(layout, objective, reducer, theta, planted);
+                     const normcheck::objective_units units(p, objective);
+                     const rational expected = whole_sequence_objective(layout, objective, theta);
+                     for (const std::string_view name :
+                          {std::string_view("global_mean"),
+                           reducer == reducer_kind::mean ? std::string_view("scaled_sum") : "global_share"}) {
+                       const auto g = normcheck::synchronized_gradient(units, *normcheck::find_normalization(name));
+                       RC_ASSERT(g.has_value());
+                       RC_ASSERT(*g == expected);
+                     }
+                   });
+}
+
+// How a reckoning of the sequence mistakes may be planted wrong: the slice's length taken from the whole
+// sequence, every slice counted over dp (empty or not), or the count over dp × cp taken as B.
+enum class sequence_reckoning { right, slice_is_sequence, empty_slices_counted, per_slice_once };
+
+// The weight of every slice's tokens under the three sequence mistakes, in group order, reckoned from the
+// layout: what each rank's code divides by, then the reducer.
+std::map<std::string, std::optional<std::vector<rational>>> reckoned_sequences(const sliced_layout& layout,
+                                                                              normcheck::objective_kind objective,
+                                                                              reducer_kind reducer,
+                                                                              sequence_reckoning how) {
+  const rational w{layout.dp * layout.cp};
+  const rational compensation = reducer == reducer_kind::mean ? w : rational(1);
+  const rational reduction = reducer == reducer_kind::mean ? 1 / w : rational(1);
+  const bool mean = objective == normcheck::objective_kind::sequence_mean;
+  std::uint64_t b = 0;
+  for (const auto& data : layout.sequences)
+    for (const auto& targets : data) b += valid_count(targets) > 0 ? 1 : 0;
+  // slice_tokens[d][c][s]: the valid tokens of sequence s that cp rank c of data coordinate d holds.
+  std::vector<std::vector<std::vector<std::uint64_t>>> slice_tokens(layout.dp);
+  for (std::size_t d = 0; d < layout.dp; ++d) {
+    slice_tokens[d].assign(layout.cp, std::vector<std::uint64_t>(layout.sequences[d].size(), 0));
+    for (std::size_t s = 0; s < layout.sequences[d].size(); ++s)
+      for (std::size_t i = 0; i < layout.sequences[d][s].size(); ++i)
+        if (layout.sequences[d][s][i]) ++slice_tokens[d][layout.holder[d][s][i]][s];
+  }
+  // The sequences a cp coordinate's ranks count over dp: those their slices hold a valid token of.
+  auto over_dp = [&](std::size_t c) {
+    std::uint64_t count = 0;
+    for (std::size_t d = 0; d < layout.dp; ++d)
+      for (std::size_t s = 0; s < layout.sequences[d].size(); ++s)
+        if (slice_tokens[d][c][s] > 0 || how == sequence_reckoning::empty_slices_counted) ++count;
+    return count;
+  };
+  std::map<std::string, std::optional<std::vector<rational>>> out;
+  for (const char* name : {"slice_length", "sequences_over_data_dims", "sequences_counted_per_slice"})
+    out[name].emplace();
+  if (!mean) out["slice_length"].reset();
+  if (layout.dp < 2) out["sequences_over_data_dims"].reset();
+  const std::uint64_t per_slice = how == sequence_reckoning::per_slice_once ? b : layout.cp * b;
+  for (std::size_t d = 0; d < layout.dp; ++d)
+    for (std::size_t c = 0; c < layout.cp; ++c)
+      for (std::size_t s = 0; s < layout.sequences[d].size(); ++s) {
+        const std::uint64_t n_k = slice_tokens[d][c][s];
+        const std::uint64_t n_s = valid_count(layout.sequences[d][s]);
+        // The objective's own factor: 1/nₛ under the sequence mean (0 for a slice without tokens), 1 otherwise.
+        const rational factor = !mean ? rational(1) : n_k == 0 ? rational(0) : 1 / rational(n_s);
+        if (auto& table = out["slice_length"]) {
+          const std::uint64_t length = how == sequence_reckoning::slice_is_sequence ? n_s : n_k;
+          table->push_back(n_k == 0 ? rational(0) : compensation / rational(b) / rational(length) * reduction);
+        }
+        if (auto& table = out["sequences_over_data_dims"]) {
+          const std::uint64_t count = over_dp(c);
+          if (count == 0) table.reset();
+          else table->push_back(compensation / rational(count) * factor * reduction);
+        }
+        out["sequences_counted_per_slice"]->push_back(compensation / rational(per_slice) * factor * reduction);
+      }
+  return out;
+}
+
+// Whether the sequence mistakes' tables are those reckoned from the layout (or wrong the planted way).
+bool sequence_mistakes_reckoned(sequence_reckoning how) {
+  return rc::check("the sequence mistakes' weights are those reckoned from the slices", [how] {
+    const sliced_layout layout = *sliced_layouts();
+    const auto objective = *sliced_objectives();
+    const auto reducer = *rc::gen::element(reducer_kind::mean, reducer_kind::sum);
+    const partition p = sliced_update(layout, objective, reducer, 0);
+    const normcheck::objective_units units(p, objective);
+    for (const auto& [name, weights] : reckoned_sequences(layout, objective, reducer, how))
+      RC_ASSERT(normcheck::delivered_weights(units, *normcheck::find_normalization(name)) == weights);
+  });
+}
+
+// Whether each sequence mistake gives every slice the objective's weight exactly when the layout hides it
+// (so that a correct run is inconclusive there, never failed): slice_length where every slice with a valid
+// token holds its whole sequence, sequences_over_data_dims where every cp coordinate counts B, and never
+// sequences_counted_per_slice. `planted`: the count over dp taken to hide it always.
+bool sequence_mistakes_hidden(bool planted) {
+  return rc::check("a sequence mistake weighs every slice as the objective exactly where the split hides it",
+                   [planted] {
+                     const sliced_layout layout = *sliced_layouts();
+                     const auto objective = *sliced_objectives();
+                     const partition p = sliced_update(layout, objective, reducer_kind::mean, 0);
+                     const normcheck::objective_units units(p, objective);
+                     const auto reckoned = reckoned_sequences(layout, objective, reducer_kind::mean,
+                                                              sequence_reckoning::right);
+                     const auto objective_table =
+                         normcheck::delivered_weights(units, *normcheck::find_normalization("global_mean"));
+                     RC_ASSERT(objective_table.has_value());
+                     bool whole_slices = true;  // every slice with a valid token holds its whole sequence
+                     bool every_count_b = true;  // every cp coordinate's count over dp is B
+                     std::uint64_t b = 0;
+                     for (const auto& data : layout.sequences)
+                       for (const auto& targets : data) b += valid_count(targets) > 0 ? 1 : 0;
+                     for (std::size_t c = 0; c < layout.cp; ++c) {
+                       std::uint64_t count = 0;
+                       for (std::size_t d = 0; d < layout.dp; ++d)
+                         for (std::size_t s = 0; s < layout.sequences[d].size(); ++s) {
+                           std::uint64_t n_k = 0;
+                           for (std::size_t i = 0; i < layout.sequences[d][s].size(); ++i)
+                             if (layout.sequences[d][s][i] && layout.holder[d][s][i] == c) ++n_k;
+                           if (n_k > 0) ++count;
+                           if (n_k > 0 && n_k != valid_count(layout.sequences[d][s])) whole_slices = false;
+                         }
+                       if (count != b) every_count_b = false;
+                     }
+                     const std::map<std::string, bool> hidden = {
+                         {"slice_length", whole_slices},
+                         {"sequences_over_data_dims", planted || every_count_b},
+                         {"sequences_counted_per_slice", false}};
+                     for (const auto& [name, table] : reckoned) {
+                       if (!table) continue;
+                       RC_ASSERT((table == objective_table) == hidden.at(name));
+                     }
+                   });
+}
+
 }  // namespace
+
+TEST_CASE("the sequence objectives' gradient on dp × cp does not depend on how sequences are split") {
+  CHECK(sliced_invariant(false));
+  // Planted: slices not joined, each counted as a sequence of its own.
+  CHECK_FALSE(sliced_invariant(true));
+}
+
+TEST_CASE("the sequence mistakes on dp × cp weigh what the slices give them") {
+  CHECK(sequence_mistakes_reckoned(sequence_reckoning::right));
+  // Planted: each of the three reckoned wrong, the slice's length, the count over dp, the count over dp × cp.
+  CHECK_FALSE(sequence_mistakes_reckoned(sequence_reckoning::slice_is_sequence));
+  CHECK_FALSE(sequence_mistakes_reckoned(sequence_reckoning::empty_slices_counted));
+  CHECK_FALSE(sequence_mistakes_reckoned(sequence_reckoning::per_slice_once));
+}
+
+TEST_CASE("a sequence mistake on dp × cp is hidden exactly where the split hides it") {
+  CHECK(sequence_mistakes_hidden(false));
+  // Planted: the count over dp said to be hidden on every layout.
+  CHECK_FALSE(sequence_mistakes_hidden(true));
+}
 
 TEST_CASE("the objective's gradient on a dp × cp mesh does not depend on how the tokens are dealt") {
   CHECK(mesh_invariant(false));

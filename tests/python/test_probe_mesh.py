@@ -11,7 +11,14 @@ rank's loss sum by a count and DDP averages over all four ranks:
 - ``own_count``: each rank's own slices' count: named ``local_mean`` (and ``sum_of_microbatch_means``,
   the same weights when a rank holds one microbatch).
 
-The same loops run again with the model sharded by FSDP2 instead of DDP, on the same 2-D mesh, as
+Under ``objective="sequence_mean"`` (GRPO's per-sequence token mean) on rollouts whose prompts are masked,
+so that some slices hold no valid token, three more loops run on DDP: ``sequence_correct`` divides each
+row's slice by its whole sequence's count (all-reduced over cp) and by B (rows with a valid token, counted
+on the joined counts and summed over dp), times W: the gate passes; ``slice_length`` divides each slice by
+its own count: named ``slice_length``; ``sequences_over_dp`` counts the rows whose slice holds a valid
+token and sums over dp only: named ``sequences_over_data_dims``.
+
+The same token-mean loops run again with the model sharded by FSDP2 instead of DDP, on the same 2-D mesh, as
 context-parallel trainers shard it: ``fsdp``, sharded over dp × cp flattened into one dimension (every
 rank holds a quarter of each parameter); ``hsdp``, the mesh itself (replicated over dp, sharded over cp).
 The probe reads its shards of p.grad and rank 0 puts them together; the verdicts are DDP's.
@@ -37,6 +44,8 @@ from normcheck.launch import launch  # noqa: E402
 
 VOCAB, WIDTH, LENGTH, ROWS, CP = 11, 6, 8, 2, 2
 LOOPS = ("correct", "count_over_dp", "own_count")
+SEQUENCE_LOOPS = ("sequence_correct", "slice_length", "sequences_over_dp")
+ROLLOUT_ROWS = 3
 WRAPS = ("ddp", "fsdp", "hsdp")
 
 
@@ -50,6 +59,21 @@ def whole_batch(dp):
         labels[1, 5:] = -100
     else:
         labels[0, :1] = -100
+    return tokens, labels
+
+
+def rollout_batch(dp):
+    """Data group dp's rollouts: each row a prompt (masked, -100) then a response, data group 1's row 0 padded
+    at its end. Row 0 of data group 0 answers in the last chunk only, so CP rank 1's slice of it is empty;
+    B = 6 sequences, not W = 4, so that the sum of sequence means differs from the objective."""
+    generator = torch.Generator().manual_seed(200 + dp)
+    tokens = torch.randint(0, VOCAB, (ROLLOUT_ROWS, LENGTH), generator=generator)
+    labels = torch.randint(0, VOCAB, (ROLLOUT_ROWS, LENGTH), generator=generator)
+    prompts = (6, 2, 4) if dp == 0 else (3, 1, 5)
+    for row, prompt in enumerate(prompts):
+        labels[row, :prompt] = -100
+    if dp == 1:
+        labels[0, LENGTH - 1:] = -100
     return tokens, labels
 
 
@@ -119,9 +143,53 @@ def one_step(loop, mesh, probe_factory, wrap="ddp"):
     return mesh_step.step(loss_of, model, probe, ddp, optimizer)
 
 
+def one_sequence_step(loop, mesh, probe_factory):
+    """One step of a sequence_mean loop on this rank (DDP); (loss, gradients, parameters after SGD, verdict)."""
+    torch.manual_seed(0)
+    model = PerToken()
+    probe = (probe_factory(model, mesh=mesh, sequence_dims=("cp",), objective="sequence_mean", keep=True)
+             if probe_factory else None)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
+    dp, cp = mesh.get_coordinate()
+    tokens, labels = rollout_batch(dp)
+    held = zigzag(cp)
+    tokens, labels = tokens[:, held], labels[:, held]
+    positions = held.expand(ROLLOUT_ROWS, -1)
+
+    def loss_of():
+        logits = ddp(tokens)
+        per_token = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1),
+                                    reduction="none").view(ROLLOUT_ROWS, -1)
+        if probe:
+            per_token = probe.add(per_token, labels, positions=positions)
+        row_sums = per_token.sum(dim=1)
+        slice_counts = (labels != -100).sum(dim=1).to(torch.float64)
+        whole_counts = slice_counts.clone()
+        dist.all_reduce(whole_counts, group=mesh.get_group("cp"))  # each row's nₛ over its slices
+        if loop == "sequences_over_dp":  # the rows this rank's slices hold a valid token of, over dp only
+            sequences = (slice_counts > 0).sum().to(torch.float64)
+        else:  # each row once: its joined count, on every cp rank alike, summed over dp
+            sequences = (whole_counts > 0).sum().to(torch.float64)
+        dist.all_reduce(sequences, group=mesh.get_group("dp"))
+        lengths = slice_counts.clamp(min=1) if loop == "slice_length" else whole_counts.clamp(min=1)
+        return (row_sums / lengths).sum() * dist.get_world_size() / sequences
+
+    return mesh_step.step(loss_of, model, probe, ddp, optimizer)
+
+
 def every_loop(rank, world_size, probe):
     mesh = init_device_mesh("cpu", (2, CP), mesh_dim_names=("dp", "cp"))
     out = {}
+    for loop in SEQUENCE_LOOPS:
+        plain = one_sequence_step(loop, mesh, None)
+        probed = one_sequence_step(loop, mesh, probe)
+        verdict = probed[3]
+        if rank == 0:
+            shutil.rmtree(os.path.dirname(verdict.file), ignore_errors=True)
+        out["sequence", loop] = {"bitwise": mesh_step.unchanged(plain, probed), "verdict": verdict.verdict,
+                                 "explanations": verdict.explanations,
+                                 "message": verdict.message if rank == 0 else ""}
     for wrap in WRAPS:
         for loop in LOOPS:
             plain = one_step(loop, mesh, None, wrap)
@@ -168,6 +236,23 @@ def test_the_gate_names_the_count_in_the_mesh_s_terms(loop, verdict, explanation
     if loop == "count_over_dp":
         assert "reduced over dp only, not over dp × cp" in first["message"]
         assert "rank 1 (dp 0, cp 1)" in first["message"]
+
+
+@pytest.mark.parametrize("loop", SEQUENCE_LOOPS)
+def test_the_probed_sequence_mean_step_is_bitwise_the_unprobed_one(loop):
+    assert all(values["sequence", loop]["bitwise"] for values in ranks())
+
+
+@pytest.mark.parametrize("loop, verdict, explanations", [
+    ("sequence_correct", "pass", ()),
+    ("slice_length", "fail", ("slice_length",)),
+    ("sequences_over_dp", "fail", ("sequences_over_data_dims",)),
+])
+def test_the_gate_joins_the_slices_under_sequence_mean(loop, verdict, explanations):
+    first = ranks()[0]["sequence", loop]
+    assert (first["verdict"], first["explanations"]) == (verdict, explanations), first["message"]
+    if loop == "slice_length":
+        assert "each cp rank divided its slice by the slice's length, not the whole sequence's" in first["message"]
 
 
 class FakeMesh:

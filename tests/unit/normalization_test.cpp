@@ -178,7 +178,7 @@ TEST_CASE("every normalization but the objective's own carries its diagnosis wor
       CHECK(!n.why_wrong.empty());
       CHECK(normcheck::why_wrong(n, reducer_kind::mean).starts_with(n.why_wrong));
     }
-  CHECK(names.size() == 18);
+  CHECK(names.size() == 21);
   const normcheck::normalization& local_sum = *normcheck::find_normalization("local_sum");
   CHECK(normcheck::why_wrong(local_sum, reducer_kind::sum) == local_sum.why_wrong_summed);
   const normcheck::normalization& shifted = *normcheck::find_normalization("count_before_shift");

@@ -3,6 +3,8 @@
 // key starts at column 3 and columns are easy to count.
 
 #include "normcheck/check/check.hpp"
+#include "normcheck/core/normalization.hpp"
+#include "normcheck/core/sequence_join.hpp"
 #include "normcheck/documents/kind.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 
@@ -351,4 +353,49 @@ TEST_CASE("reduction_dtype and divided_by are read and checked against the ranks
   CHECK(message_of(document(two_ranks,
                             R"("observed": {"gradient": 1, "dtype": "exact", "tokens": {"divided_by": [4, [4, 4]]}})"))
             .find("gives rank 1 2 divisors for its 1 microbatches") != std::string::npos);
+}
+
+TEST_CASE("slices of one sequence on the ranks of a sequence dimension are joined into it") {
+  // dp 2 × cp 2: sequence "a" of data coordinate 0 is split over ranks 0 and 1 (3 valid tokens), "b" holds
+  // tokens on rank 1 only; data coordinate 1 reuses the ID "a" for a sequence of its own (4 tokens).
+  constexpr std::string_view text = R"({"format": "normcheck/1", "objective": "sequence_mean",
+    "mesh": {"dims": [{"name": "dp", "size": 2, "role": "data"}, {"name": "cp", "size": 2, "role": "sequence"}]},
+    "ranks": [
+      {"targets": {"sequences": [{"sequence": "a", "targets": [1, 2]}, {"sequence": "b", "targets": [null]}]}},
+      {"targets": {"sequences": [{"sequence": "a", "targets": [3, null]}, {"sequence": "b", "count": 2, "value": 5}]}},
+      {"targets": {"sequences": [{"sequence": "a", "targets": [1]}]}},
+      {"targets": {"sequences": [{"sequence": "a", "targets": [2, 3, 4]}]}}]})";
+  const normcheck::partition_file file =
+      normcheck::read_partition(text, "doc.json", {}, normcheck::standard_sections());
+  const normcheck::sequence_join join(file.update);
+  REQUIRE(join.joins());
+  CHECK(join.sequences() == 3);
+  CHECK(file.update.sequence_count() == 3);
+  CHECK(join.slices() == 6);
+  CHECK(join.sequence_tokens(0, 0, 0) == 3);  // "a" of dp 0: 2 tokens on rank 0, 1 on rank 1
+  CHECK(join.sequence_tokens(1, 0, 0) == 3);
+  CHECK(join.sequence_tokens(0, 0, 1) == 2);  // "b": its slice on rank 0 holds padding only
+  CHECK(join.sequence_tokens(2, 0, 0) == 4);  // "a" of dp 1 is another sequence
+  CHECK(join.rank_sequences(0) == 1);         // rank 0 holds a valid token of "a" only
+  CHECK(join.rank_sequences(1) == 2);
+  CHECK(join.microbatch_sequences(3, 0) == 1);
+  // The objective's gradient from the whole sequences at θ = 0: (−6/3 − 10/2 − 10/4)/3.
+  const normcheck::objective_units units(file.update, file.update.objective);
+  CHECK(units.total() == 3);
+  CHECK(normcheck::synchronized_gradient(units, *normcheck::find_normalization("scaled_sum")) ==
+        normcheck::fraction(-19, 6));
+}
+
+TEST_CASE("under the sequence objectives on a sequence mesh every sequence with a valid token is a slice") {
+  constexpr std::string_view mesh =
+      R"("mesh": {"dims": [{"name": "cp", "size": 2, "role": "sequence"}]})";
+  const std::string sliced = document(R"("ranks": [{"targets": {"sequences": [{"sequence": "a", "targets": [1]}]}},
+    {"targets": {"sequences": [{"sequence": "a", "targets": [2]}, [3]]}}])",
+                                      std::string(mesh) + R"(, "objective": "sequence_mean")");
+  CHECK(rejection(sliced) == "schema_error at 4:5");
+  CHECK(message_of(sliced).find("rank 1, microbatch 0, sequence 1 is not a slice") == 0);
+  // Planted: the same ranks under the token mean, where a whole sequence beside slices is read.
+  CHECK(rejection(document(R"("ranks": [{"targets": {"sequences": [{"sequence": "a", "targets": [1]}]}},
+    {"targets": {"sequences": [{"sequence": "a", "targets": [2]}, [3]]}}])",
+                           mesh)) == "accepted");
 }

@@ -242,3 +242,20 @@ TEST_CASE("the summary line counts files and verdicts") {
   normcheck::print_summary(one, normcheck::run_summary{1, 0, 0});
   CHECK(one.str() == "1 file: 1 passed, 0 failed, 0 rejected\n");
 }
+
+TEST_CASE("a one-token slice of a longer sequence weighs its sequence's factor in a diagnosis's value") {
+  // cp 2 under sequence_mean: x is a whole sequence of one token, y a sequence of two tokens split over the
+  // ranks, z a sequence of two tokens on rank 1. Each rank divided by its own sequences (local_mean, bᵣ = 2):
+  // x weighs 1/4, y's and z's tokens 1/8, so the code's gradient is −(3·2 + 3 + 5 + 2)/8 = −2. Counting y's
+  // slice with x's factor (its tokens are x's) would give −19/8.
+  constexpr std::string_view text = R"({"format": "normcheck/1", "objective": "sequence_mean",
+    "mesh": {"dims": [{"name": "cp", "size": 2, "role": "sequence"}]},
+    "ranks": [{"targets": {"sequences": [{"sequence": "x", "targets": [3]}, {"sequence": "y", "targets": [3]}]}},
+              {"targets": {"sequences": [{"sequence": "y", "targets": [5]}, {"sequence": "z", "targets": [1, 1]}]}}],
+    "observed": {"per_rank": [["-3/4", "-3/8", "-5/8", "-1/4"], ["-3/4", "-3/8", "-5/8", "-1/4"]],
+                 "dtype": "exact"}})";
+  std::ostringstream out;
+  normcheck::print_text(out, normcheck::check_text(text, "slices.json"));
+  CAPTURE(out.str());
+  CHECK(out.str().find("diagnosis: local_mean = -2 ") != std::string::npos);
+}

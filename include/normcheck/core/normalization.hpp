@@ -10,8 +10,10 @@
 /// simulation and the demos all evaluate this table; nothing else writes a normalization down.
 
 #include "normcheck/core/partition.hpp"
+#include "normcheck/core/sequence_join.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,8 +52,11 @@ public:
   /// The units of microbatch m of rank r: nᵣₘ, mᵣₘ or bᵣₘ.
   rational of_microbatch(std::size_t r, std::size_t m) const;
   /// What the objective itself multiplies a token's loss by before any count: 1/nₛ for a token of a
-  /// sequence with nₛ valid tokens under sequence_mean, 1 otherwise.
-  rational token_factor(const group_stats& group) const;
+  /// sequence with nₛ valid tokens under sequence_mean, 1 otherwise (0 for a group without valid tokens).
+  rational token_factor(const group_ref& where) const;
+  /// nₛ of the sequence the group at `where` belongs to: the valid tokens of all its slices where it is a
+  /// slice, the group's own otherwise (only the sequence objectives join slices).
+  std::uint64_t sequence_tokens(const group_ref& where) const;
   /// Symbols of the three counts, for formulas: {"N", "nᵣ", "nᵣₘ"}, {"M", "mᵣ", "mᵣₘ"}, {"B", "bᵣ", "bᵣₘ"},
   /// {"C", "nᵣ", "nᵣₘ"}.
   std::string_view symbol(std::size_t level_index) const noexcept;
@@ -66,8 +71,9 @@ private:
   const partition* update_;
   objective_kind objective_;
   rational total_;
-  std::vector<rational> over_data_;      // by sequence coordinates; empty without sequence dimensions
-  std::vector<rational> over_sequence_;  // by data coordinates; empty without sequence dimensions
+  std::shared_ptr<const sequence_join> join_;  // under the sequence objectives where the update has slices
+  std::vector<rational> over_data_;            // by sequence coordinates; empty without sequence dimensions
+  std::vector<rational> over_sequence_;        // by data coordinates; empty without sequence dimensions
 };
 
 /// The level over which a normalization's coefficient is constant: it is computed once per unit of it.

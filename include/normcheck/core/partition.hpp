@@ -201,6 +201,11 @@ struct partition {
   /// one data dimension. `ranks` holds the ranks whose replica coordinates are all 0, one per set of
   /// replicas (the replicas hold the same tokens), so the data and sequence sizes multiply to W.
   std::vector<mesh_dim> mesh;
+  /// The sequence each group is a slice of (context parallelism), by rank, microbatch and group: 0 for a group
+  /// that is not a slice, k > 0 for the k-th sequence ID of the document. Empty without slices, and a row
+  /// may be short or empty where its groups are no slices; core/sequence_join joins the slices into whole
+  /// sequences. Kept beside the ranks, not in them, so that an update without slices pays nothing per rank.
+  std::vector<std::vector<std::vector<std::uint64_t>>> sequence_ids;
 
   /// W: the ranks in the reduction.
   std::uint64_t world_size() const { return ranks.size(); }
@@ -212,8 +217,10 @@ struct partition {
   std::uint64_t positions() const;
   /// M: the weight mass of the whole update (N without weights).
   rational mass() const;
-  /// B: the update's declared sequences that hold a valid token.
+  /// B: the update's sequences that hold a valid token, the slices of one sequence counted once.
   std::uint64_t sequence_count() const;
+  /// Whether some group is a sequence slice (`sequence_ids` is not empty).
+  bool has_slices() const;
   /// The groups of the whole update, over all ranks and microbatches.
   std::uint64_t group_count() const;
   /// Whether some microbatch declares sequences.
