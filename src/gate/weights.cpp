@@ -298,6 +298,8 @@ struct factor_form {
   rational constant{1};
   int s = 0;
   int t = 0;  // TP^t, TP the replica dimensions' size
+  int k = 0;  // weight^k, the loss's weight in the update's objective (an auxiliary term's)
+  std::optional<std::size_t> sibling{};  // × this loss's count / the count of the sibling loss it indexes
 };
 
 // A weight table a candidate computation would produce, with its name and words, and how to produce it on
@@ -411,6 +413,14 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
     if (form.t > 0) value *= tp;
     else value /= tp;
   }
+  for (int i = 0; i < std::abs(form.k); ++i) {
+    if (form.k > 0) value *= update.loss_weight;
+    else value /= update.loss_weight;
+  }
+  if (form.sibling) {
+    if (*form.sibling >= update.siblings.size() || update.siblings[*form.sibling].total == 0) return std::nullopt;
+    value *= objective_units(update, update.objective).total() / update.siblings[*form.sibling].total;
+  }
   if (form.g != 0) {
     const std::uint64_t g = update.common_accumulation();
     if (g == 0) return std::nullopt;
@@ -433,6 +443,7 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     std::string text;
     int s = 0;
     int t = 0;
+    int k = 0;
   };
   std::vector<symbolic> forms;
   if (update.world_size() > 1) forms.push_back({1, 0, "×W"}), forms.push_back({-1, 0, "/W"});
@@ -460,9 +471,13 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     forms.push_back({0, 0, "×(" + cp + "·" + tp + ")", 1, 1});
     forms.push_back({0, 0, "/(" + cp + "·" + tp + ")", -1, -1});
   }
+  if (update.loss_weight != 1) {  // an auxiliary term's weight left out, or applied twice
+    forms.push_back({0, 0, "/weight", 0, 0, -1});
+    forms.push_back({0, 0, "×weight", 0, 0, 1});
+  }
   std::vector<factor_label> labels;
   for (const symbolic& s : forms) {
-    const factor_form form{s.w, s.g, rational(1), s.s, s.t};
+    const factor_form form{s.w, s.g, rational(1), s.s, s.t, s.k};
     if (value_on(form, update) == factor) labels.push_back({s.text, std::nullopt, form, true});
   }
   if (!labels.empty()) return labels;
@@ -487,9 +502,9 @@ std::string foreign_name(const normalization& n, objective_kind written_for, red
   return std::string(n.name) + "(" + objective + ")";
 }
 
-// Every candidate whose table the gate compares with the observation, exact ones first: the report's
-// normalizations under the declared objective (but the correct one), the diagnosed ones, and the report's
-// under every other objective the update can be counted in.
+// Every candidate whose table the gate compares with the observation, exact ones first: another loss's count
+// in place of this one's, the report's normalizations under the declared objective (but the correct one), the
+// diagnosed ones, and the report's under every other objective the update can be counted in.
 std::vector<candidate> candidates_of(const partition& update) {
   std::vector<candidate> out;
   const std::string_view correct = update.reducer == reducer_kind::mean ? "scaled_sum" : "global_share";
@@ -501,6 +516,21 @@ std::vector<candidate> candidates_of(const partition& update) {
     out.push_back(
         {std::move(name), lazy_table(update, objective, n), std::move(words), std::move(base), {}, false, {}});
   };
+  // First, another loss's count in place of this one's (a term divided by the main loss's count, the main loss
+  // by a term's): the objective's table times this loss's count over the other's.
+  const rational own = objective_units(update, update.objective).total();
+  for (std::size_t i = 0; i < update.siblings.size(); ++i) {
+    const sibling_loss& other = update.siblings[i];
+    if (other.same_count || other.total == 0) continue;
+    std::string name = sibling_count_name(other);
+    mistake_words words = table_mistake_words(name, update);
+    factor_form form;
+    form.sibling = i;
+    out.push_back(
+        {std::move(name),
+         lazy_table(update, update.objective, normalization_of(strategy::global_mean)).scaled(own / other.total),
+         std::move(words), "objective", std::move(form), false, {}});
+  }
   for (const normalization& n : report_normalizations()) {
     if (n.objective_itself || n.name == correct) continue;
     if (n.name == "microbatch_mean" && !accumulates) continue;
@@ -608,6 +638,8 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
     form.g += base.factor.g;
     form.s += base.factor.s;
     form.t += base.factor.t;
+    form.k += base.factor.k;
+    form.sibling = base.factor.sibling;
     form.constant *= base.factor.constant;
     std::optional<std::pair<std::size_t, rational>> same_as;
     if (base.same_as) same_as.emplace(base.same_as->first, base.same_as->second * factor);
@@ -762,6 +794,15 @@ std::optional<lazy_table> table_on(const candidate& c, const nearby_tables& ther
   return std::nullopt;
 }
 
+// Whether a candidate divides by a count of its loss's own over the whole update (its positions, its labels
+// before the shift, its count before sequence sharding or with replicas), with no factor on top.
+bool own_update_count(const candidate& c) {
+  const normalization* n = find_normalization(c.base);
+  const factor_form& f = c.factor;
+  return n && n->level == scope::update && !n->objective_itself && c.name == c.base && f.w == 0 && f.g == 0 &&
+         f.s == 0 && f.t == 0 && f.k == 0 && f.constant == 1 && !f.sibling;
+}
+
 // What every measurement of one update shares: the objective's table, the candidates, which of their tables
 // coincide (on one rank every candidate is the objective), and what each candidate sums to, found once.
 struct shared_judgement {
@@ -828,8 +869,10 @@ std::vector<explanation> shared_judgement::explained(const std::vector<const can
     for (std::size_t k = 0; k < kept.size() && !same_computation; ++k) {
       const bool known_same = kept[k]->same_as && c->same_as && *kept[k]->same_as == *c->same_as;
       if (!known_same && !same_table(kept[k]->table, c->table, update)) continue;
-      // A free factor that lands on an earlier fit's table, or the same name again, adds no explanation.
-      if (c->free || c->name == kept[k]->name) {
+      // A free factor that lands on an earlier fit's table, or the same name again, adds no explanation; nor
+      // does a count of this loss's own that lands on another loss's count here (a term's positions, or its
+      // labels before the shift, that make the main loss's count): the count the step holds says it.
+      if (c->free || c->name == kept[k]->name || (kept[k]->factor.sibling && own_update_count(*c))) {
         same_computation = true;
         break;
       }
