@@ -137,13 +137,14 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
                          std::move(words.why_wrong)});
     }
   }
-  // Another loss's count in place of this loss's own: this loss's positions, where they make that count (a
-  // multi-token-prediction term padded where the main loss has its labels), are that count in other words.
+  // Another loss's count in place of this loss's own: a term's positions, where they make the main loss's count (a
+  // multi-token-prediction term padded where the main loss has the labels it drops), are that count in other words.
   const rational own = objective_units(update, update.objective).total();
   for (const sibling_loss& other : update.siblings) {
     if (other.same_count || other.total == 0) continue;
     rational factor = own / other.total;
-    std::erase_if(factors, [&](const factor_mistake& f) { return f.name == "count_padding" && f.factor == factor; });
+    if (other.name.empty())
+      std::erase_if(factors, [&](const factor_mistake& f) { return f.name == "count_padding" && f.factor == factor; });
     const std::string name = sibling_count_name(other);
     mistake_words words = table_mistake_words(name, update);
     factors.push_back({name, std::move(factor), std::move(words.computed), std::move(words.why_wrong)});
@@ -231,7 +232,7 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
   for (factor_mistake& f : factor_mistakes(update)) {
     rational value = objective * f.factor;
     std::optional<rational> scaled_bound;
-    if (bound) scaled_bound = *bound * f.factor;
+    if (bound) scaled_bound = *bound * abs(f.factor);
     candidates.push_back(
         {std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead, {}});
   }

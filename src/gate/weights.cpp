@@ -608,9 +608,11 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
                                    std::optional<bool>& tried, bool named_only = false) {
   const partition& update = u.update;
   const std::optional<rational> suggested = suggested_factor(base.table, u, m, at);
-  if (!suggested || *suggested <= 0) return {};
+  // A negative factor names a mistake only where the loss's weight is negative (left out, or applied twice).
+  const bool negative = update.loss_weight < 0;
+  if (!suggested || *suggested == 0 || (*suggested < 0 && !negative)) return {};
   const rational factor = nearest_simple(*suggested, 64);
-  if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return {};
+  if (factor == 0 || (factor < 0 && !negative) || factor == 1 || abs(numerator(factor)) > 4096) return {};
   const std::vector<factor_label> labels = labels_of(factor, update);
   if (named_only && !labels.front().named) return {};
   lazy_table table = base.table.scaled(factor);
@@ -794,13 +796,11 @@ std::optional<lazy_table> table_on(const candidate& c, const nearby_tables& ther
   return std::nullopt;
 }
 
-// Whether a candidate divides by a count of its loss's own over the whole update (its positions, its labels
-// before the shift, its count before sequence sharding or with replicas), with no factor on top.
-bool own_update_count(const candidate& c) {
-  const normalization* n = find_normalization(c.base);
-  const factor_form& f = c.factor;
-  return n && n->level == scope::update && !n->objective_itself && c.name == c.base && f.w == 0 && f.g == 0 &&
-         f.s == 0 && f.t == 0 && f.k == 0 && f.constant == 1 && !f.sibling;
+// Whether `c` is the main loss's count in a term's own words, where the two land on one table: a multi-token-
+// prediction term drops one label per row, so its labels before that shift, or its positions with the dropped
+// labels as padding, make the main loss's count.
+bool main_count_in_other_words(const candidate& kept, const candidate& c) {
+  return kept.name == "main_count" && (c.name == "count_before_shift" || c.name == "count_padding");
 }
 
 // What every measurement of one update shares: the objective's table, the candidates, which of their tables
@@ -869,10 +869,9 @@ std::vector<explanation> shared_judgement::explained(const std::vector<const can
     for (std::size_t k = 0; k < kept.size() && !same_computation; ++k) {
       const bool known_same = kept[k]->same_as && c->same_as && *kept[k]->same_as == *c->same_as;
       if (!known_same && !same_table(kept[k]->table, c->table, update)) continue;
-      // A free factor that lands on an earlier fit's table, or the same name again, adds no explanation; nor
-      // does a count of this loss's own that lands on another loss's count here (a term's positions, or its
-      // labels before the shift, that make the main loss's count): the count the step holds says it.
-      if (c->free || c->name == kept[k]->name || (kept[k]->factor.sibling && own_update_count(*c))) {
+      // A free factor that lands on an earlier fit's table, the same name again, or the main loss's count in a
+      // term's own words adds no explanation.
+      if (c->free || c->name == kept[k]->name || main_count_in_other_words(*kept[k], *c)) {
         same_computation = true;
         break;
       }
