@@ -261,12 +261,13 @@ int severity(gate_verdict verdict) {
   return 2;
 }
 
-// A term's explanation among the update's: named and described with the term.
+// A term's explanation among the update's: "term mtp: local_mean" (a site's read "head: objective/G").
 explanation of_term(const std::string& term, const explanation& e) {
+  const std::string prefix = "term " + term + ": ";
   explanation named = e;
-  named.name = term + ": " + e.name;
-  named.computed = "term " + term + ": " + e.computed;
-  for (look_alike& other : named.alike) other.name = term + ": " + other.name;
+  named.name = prefix + e.name;
+  named.computed = prefix + e.computed;
+  for (look_alike& other : named.alike) other.name = prefix + other.name;
   return named;
 }
 

@@ -444,8 +444,17 @@ mistake_words table_mistake_words(std::string_view name, const partition& update
     in_mesh_terms(name, update, text.computed);
     return {text.computed, text.why_wrong};
   }
-  if (const normalization* n = find_normalization(name))
-    return {mesh_spelled(n->computed, update), mesh_spelled(why_wrong(*n, reducer), update)};
+  if (const normalization* n = find_normalization(name)) {
+    mistake_words words{mesh_spelled(n->computed, update), mesh_spelled(why_wrong(*n, reducer), update)};
+    // An auxiliary loss computed beside the main one often misses the compensation the main loss has: the same
+    // weights (Megatron-LM #3674, verl #6609).
+    if (!update.loss_name.empty() && name == "count_before_sequence_sharding")
+      words.computed += mesh_spelled("; or, the same weights, the term's loss was left without the compensation "
+                                     "for {sequence} (not multiplied by {CP}), so the reducer's mean over "
+                                     "{sequence} divided it",
+                                     update);
+    return words;
+  }
   if (const named_words* known = lookup(other_table, name))
     return {std::string(known->computed), with_declared(known->why_wrong, objective)};
   if (name.starts_with("objective") && name.size() > std::string_view("objective").size()) {

@@ -310,7 +310,7 @@ bool each_mistake_is_named(const gate_function& gate) {
     if (how == way::main_count || how == way::other_term_count || how == way::term_count)
       for (const sibling_loss& other : planted_in.siblings)
         if (other.total == divisor) accepted.push_back(sibling_count_name(other));
-    const std::string prefix = victim == 0 ? "" : result.terms[victim - 1].name + ": ";
+    const std::string prefix = victim == 0 ? "" : "term " + result.terms[victim - 1].name + ": ";
     RC_ASSERT(std::any_of(accepted.begin(), accepted.end(), [&](const std::string& name) {
       return names(loss.diagnosis, name) && names(result.diagnosis, prefix + name);
     }));

@@ -144,24 +144,24 @@ def judged_cases() -> dict[str, dict[str, object]]:
         "w2_main_count.json": case(
             "W = 2: the MTP term divided by the main loss's count (Megatron-LM #2417, #3159)",
             MAIN_W2, correct(MAIN_W2), [term("mtp", MTP_W2, divided_by(n_main, w))],
-            {"verdict": "fail", "explanations": ["mtp: main_count"]}),
+            {"verdict": "fail", "explanations": ["term mtp: main_count"]}),
         "w2_local_mean.json": case(
             "W = 2: the MTP term divided by each rank's own count (Megatron-LM #7452 finding 3)",
             MAIN_W2, correct(MAIN_W2), [term("mtp", MTP_W2, local_mean(MTP_W2, w))],
-            {"verdict": "fail", "explanations": ["mtp: local_mean", "mtp: sum_of_microbatch_means"]}),
+            {"verdict": "fail", "explanations": ["term mtp: local_mean", "term mtp: sum_of_microbatch_means"]}),
         "w2_g2_microbatch_mean.json": case(
             "W = 2, G = 2: the term divided by each microbatch's own count, the accumulation by G",
             MAIN_W2_G2, correct(MAIN_W2_G2), [term("mtp", MTP_W2_G2, microbatch_mean(MTP_W2_G2, w))],
-            {"verdict": "fail", "explanations": ["mtp: microbatch_mean"]}),
+            {"verdict": "fail", "explanations": ["term mtp: microbatch_mean"]}),
         "w2_g2_prefix_count.json": case(
             "W = 2, G = 2: a load-balancing term divided by the count seen so far in the window (Megatron-LM #7213)",
             MAIN_W2_G2, correct(MAIN_W2_G2), [term("moe", MTP_W2_G2, prefix_count(MTP_W2_G2, w))],
-            {"verdict": "fail", "explanations": ["moe: prefix_count"]}),
+            {"verdict": "fail", "explanations": ["term moe: prefix_count"]}),
         "w2_other_term_count.json": case(
             "W = 2: the load-balancing term divided by the MTP term's count",
             MAIN_W2, correct(MAIN_W2),
             [term("mtp", MTP_W2, correct(MTP_W2, w)), term("moe", MOE_W2, divided_by(n_mtp, w))],
-            {"verdict": "fail", "explanations": ["moe: count_of(mtp)"]}),
+            {"verdict": "fail", "explanations": ["term moe: count_of(mtp)"]}),
         "w2_main_overwritten.json": case(
             "W = 2: the main loss divided by the term's count, which overwrote the shared count in place "
             "(Megatron-LM #7452 finding 10)",
@@ -170,7 +170,7 @@ def judged_cases() -> dict[str, dict[str, object]]:
         "w2_weight_missing.json": case(
             "W = 2: the term's loss was not multiplied by its weight",
             MAIN_W2, correct(MAIN_W2), [term("mtp", MTP_W2, correct(MTP_W2))],
-            {"verdict": "fail", "explanations": ["mtp: objective/weight"]}),
+            {"verdict": "fail", "explanations": ["term mtp: objective/weight"]}),
         "w2_main_fails_term_passes.json": case(
             "W = 2: the main loss divided by each rank's own count, the term right: the update fails on the main loss",
             MAIN_W2, local_mean(MAIN_W2, Fraction(1)), [term("mtp", MTP_W2, correct(MTP_W2, w))],
@@ -178,7 +178,7 @@ def judged_cases() -> dict[str, dict[str, object]]:
         "w2_equal_counts.json": case(
             "W = 2: the term's ranks hold as many tokens each, so its own mean cannot be told from its token mean",
             MAIN_W2, correct(MAIN_W2), [term("mtp", EVEN_MTP_W2, correct(EVEN_MTP_W2, w))],
-            {"verdict": "inconclusive", "explanations": ["mtp: local_mean"]}),
+            {"verdict": "inconclusive", "explanations": ["term mtp: local_mean"]}),
         "w2_same_tokens.json": case(
             "W = 2: a load-balancing term over the main loss's own tokens, divided by their count",
             MAIN_W2, correct(MAIN_W2), [term("moe", MAIN_W2, correct(MAIN_W2, w))], {"verdict": "pass"}),
@@ -194,20 +194,20 @@ def judged_cases() -> dict[str, dict[str, object]]:
             "dp 2 × cp 2, one value per rank: the term averaged over cp once too often, the CP compensation missing "
             "(Megatron-LM #3674, #5244; verl #6609)",
             MAIN_MESH, correct(MAIN_MESH), [term("mtp", MTP_MESH, divided_by(2 * count(MTP_MESH), w), scalar=True)],
-            {"verdict": "fail", "explanations": ["mtp: objective/cp"]}, DP_CP),
+            {"verdict": "fail", "explanations": ["term mtp: objective/cp"]}, DP_CP),
         "w4_dp2_cp2_without_cp_compensation_per_group.json": case(
             "dp 2 × cp 2, per group: the CP compensation missing, a weight table of the objective's ÷ CP, as when the "
             "count is taken before the sequences are split",
             MAIN_MESH, correct(MAIN_MESH), [term("mtp", MTP_MESH, divided_by(2 * count(MTP_MESH), w))],
-            {"verdict": "fail", "explanations": ["mtp: count_before_sequence_sharding"]}, DP_CP),
+            {"verdict": "fail", "explanations": ["term mtp: count_before_sequence_sharding"]}, DP_CP),
         "w4_dp2_cp2_local_mean.json": case(
             "dp 2 × cp 2: each CP rank divided the term by its own slices' count (Megatron-LM #7498)",
             MAIN_MESH_G2, correct(MAIN_MESH_G2), [term("mtp", MTP_MESH_G2, local_mean(MTP_MESH_G2, w))],
-            {"verdict": "fail", "explanations": ["mtp: local_mean"]}, DP_CP),
+            {"verdict": "fail", "explanations": ["term mtp: local_mean"]}, DP_CP),
         "w4_dp2_cp2_main_count.json": case(
             "dp 2 × cp 2, G = 2: the MTP term divided by the main loss's count over dp × cp",
             MAIN_MESH_G2, correct(MAIN_MESH_G2), [term("mtp", MTP_MESH_G2, divided_by(count(MAIN_MESH_G2), w))],
-            {"verdict": "fail", "explanations": ["mtp: main_count"]}, DP_CP),
+            {"verdict": "fail", "explanations": ["term mtp: main_count"]}, DP_CP),
     }
     # The planted mistakes differ from the objective on these updates (else they could not be named), and the
     # equal-count update is one where the term's own mean is the token mean.

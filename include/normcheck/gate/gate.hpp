@@ -66,7 +66,7 @@ struct gate_result {
   /// With auxiliary terms: the main loss's own verdict (nullopt without terms, where `verdict` is it).
   std::optional<gate_verdict> main_verdict;
   /// Each auxiliary term judged on its own tokens, in file order. `diagnosis` (`could_hide`) then also holds
-  /// each failing (inconclusive) term's explanations, named "mtp: local_mean".
+  /// each failing (inconclusive) term's explanations, named "term mtp: local_mean".
   std::vector<term_judgement> terms;
 };
 
