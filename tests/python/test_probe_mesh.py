@@ -205,15 +205,13 @@ def test_a_mesh_is_checked_when_the_probe_is_built():
     assert (inner.regions, inner.region) == (4, 3)
 
 
-def test_positions_need_sequence_dimensions_and_terms_are_refused():
+def test_positions_need_sequence_dimensions():
     from normcheck.probe import Probe, ProbeError
 
     plain = Probe(PerToken())
     loss = torch.zeros(2, 3, requires_grad=True)
     with pytest.raises(ProbeError, match="context parallelism"):
         plain.add(loss, torch.zeros(2, 3, dtype=torch.int64), positions=torch.zeros(2, 3, dtype=torch.int64))
-    with pytest.raises(ProbeError, match="not judged yet"):
-        plain.add(loss, term="mtp")
     sliced = Probe(PerToken(), mesh=FakeMesh(torch.arange(2).view(1, 2), ("dp", "cp")), sequence_dims=("cp",), rank=0)
     with pytest.raises(ProbeError, match="one position per token"):
         sliced.add(loss, positions=torch.zeros(3, dtype=torch.int64))
