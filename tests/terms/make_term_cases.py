@@ -17,6 +17,7 @@ Tokens = list[list[list[Optional[int]]]]  # rank → microbatch → positions
 Weigh = Callable[[int, int], Fraction]  # (rank, microbatch) → the weight a token of that group gets
 
 DP_CP = {"dims": [{"name": "dp", "size": 2, "role": "data"}, {"name": "cp", "size": 2, "role": "sequence"}]}
+DP_TP = {"dims": [{"name": "dp", "size": 3, "role": "data"}, {"name": "tp", "size": 2, "role": "replica"}]}
 WEIGHT = Fraction(3, 10)  # the terms' weight: not a binary fraction, so every table carries it exactly
 
 
@@ -83,6 +84,12 @@ def case(description: str, main: Tokens, main_weigh: Weigh, terms: list[dict[str
             listed.append(entry)
         return listed
 
+    # On dp × tp each data group's tokens stand on both of its tp ranks (rank 2·dp + tp), and so does every
+    # rank's measurement: the weights below are those of the data groups.
+    replicas = 2 if mesh is DP_TP else 1
+    main = [rank for rank in main for _ in range(replicas)]
+    terms = [{**t, "tokens": [rank for rank in t["tokens"] for _ in range(replicas)]} for t in terms]  # type: ignore
+
     document: dict[str, object] = {"format": "normcheck/1", "description": description}
     if mesh:
         document["mesh"] = mesh
@@ -97,10 +104,14 @@ def case(description: str, main: Tokens, main_weigh: Weigh, terms: list[dict[str
     document["terms"] = declared
     document["reducer"] = "mean"
     document["theta"] = 0
-    observed: dict[str, object] = {"per_rank": [vector(main, main_weigh)] * len(main), "dtype": "exact"}
+    def replicated(weigh: Weigh) -> Weigh:
+        return lambda r, m: weigh(r // replicas, m)
+
+    observed: dict[str, object] = {"per_rank": [vector(main, replicated(main_weigh))[::replicas]] * len(main),
+                                   "dtype": "exact"}
     measured = []
     for t in terms:
-        components = vector(t["tokens"], t["weigh"])  # type: ignore[arg-type]
+        components = vector(t["tokens"], replicated(t["weigh"]))[::replicas]  # type: ignore[arg-type]
         # A scalar probe's value is the sum of the components.
         value = text(sum(map(Fraction, components))) if t.get("scalar") else components
         measured.append({"name": t["name"], "per_rank": [value] * len(main)})
@@ -123,6 +134,9 @@ MAIN_MESH = [[[1, 2]], [[3, 4, 5, None]], [[6]], [[7, 8, 9, 10, 11]]]
 MTP_MESH = [[[2]], [[4, 5, None, None]], [[None]], [[8, 9, 10, 11, None]]]
 MAIN_MESH_G2 = [[[1, 2], [3]], [[4, 5, 6], [7, None]], [[8], [9, 10, 11]], [[12, 13], [14, 15, 16, 17]]]
 MTP_MESH_G2 = [[[2], [None]], [[5, 6, None], [7, None]], [[None], [10, 11, None]], [[13, None], [15, 16, 17, None]]]
+# dp 3 × tp 2: each data group's tokens (listed on its two tp replicas).
+MAIN_TP = [[[1, 2, None]], [[3, 4, 5, 6]], [[7]]]
+MTP_TP = [[[2, None]], [[4, 5, 6, None]], [[None]]]
 # Equal counts per rank for the term: its own mean cannot be told from the token mean.
 EVEN_MTP_W2 = [[[2, 3, 4]], [[6, 7, 8]]]
 
@@ -204,6 +218,13 @@ def judged_cases() -> dict[str, dict[str, object]]:
             "dp 2 × cp 2: each CP rank divided the term by its own slices' count (Megatron-LM #7498)",
             MAIN_MESH_G2, correct(MAIN_MESH_G2), [term("mtp", MTP_MESH_G2, local_mean(MTP_MESH_G2, w))],
             {"verdict": "fail", "explanations": ["term mtp: local_mean"]}, DP_CP),
+        "w6_dp3_tp2_correct.json": case(
+            "dp 3 × tp 2: the main loss and the term listed on both tp replicas, each counted once over dp",
+            MAIN_TP, correct(MAIN_TP), [term("mtp", MTP_TP, correct(MTP_TP, w))], {"verdict": "pass"}, DP_TP),
+        "w6_dp3_tp2_count_with_replicas.json": case(
+            "dp 3 × tp 2: the term's count reduced over every rank, tp included: each of its tokens counted twice",
+            MAIN_TP, correct(MAIN_TP), [term("mtp", MTP_TP, divided_by(2 * count(MTP_TP), w))],
+            {"verdict": "fail", "explanations": ["term mtp: count_with_replicas"]}, DP_TP),
         "w4_dp2_cp2_main_count.json": case(
             "dp 2 × cp 2, G = 2: the MTP term divided by the main loss's count over dp × cp",
             MAIN_MESH_G2, correct(MAIN_MESH_G2), [term("mtp", MTP_MESH_G2, divided_by(count(MAIN_MESH_G2), w))],
