@@ -43,7 +43,7 @@ from invisible import differences, record  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
 
 VOCAB, WIDTH, LENGTH, ROWS, CP = 11, 6, 8, 2, 2
-WEIGHT = 0.3
+WEIGHT = 0.3  # the code multiplies by the float; the probe is told the weight meant, 3/10
 PAIR_LOOPS = ("correct", "main_count", "local_count", "microbatch_count", "overwritten")
 MESH_LOOPS = ("correct", "without_cp_compensation", "main_count")
 
@@ -98,7 +98,7 @@ def pair_step(loop, rank, probe_factory):
     model = WithMTP()
     probe = probe_factory(model) if probe_factory else None
     if probe:
-        probe.term("mtp", weight=WEIGHT)
+        probe.term("mtp", weight=Fraction(3, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     microbatches = [batch(10 * rank + m, PADDING[rank][m]) for m in range(2)]
@@ -159,7 +159,7 @@ def mesh_step(loop, mesh, probe_factory):
     model = WithMTP()
     probe = probe_factory(model, mesh=mesh, sequence_dims=("cp",)) if probe_factory else None
     if probe:
-        probe.term("mtp", weight=WEIGHT)
+        probe.term("mtp", weight=Fraction(3, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
