@@ -388,7 +388,9 @@ diagnosis_names gate_names() {
       if (!n.objective_itself) names.normalizations.push_back(n.name);
   for (const named_words& entry : other_table) names.others.push_back(entry.name);
   names.others.push_back(mean_of_empty_name);
+  names.others.push_back("main_count");  // and "count_of(mtp)": another loss's count (sibling_count_name)
   for (const named_words& entry : factor_table) names.factors.emplace_back(entry.name);
+  for (const std::string_view label : {"/weight", "×weight"}) names.factors.emplace_back(label);
   for (const std::string_view symbol : denominator_symbols)
     for (const std::string_view how : {"×", "/"}) names.factors.push_back(std::string(how) + std::string(symbol));
   return names;

@@ -61,8 +61,9 @@ mistake_words factor_words(std::string_view label, const partition& update);
 
 /// Every name the gate gives, by kind, read from the tables that hold their words (`normcheck names` lists
 /// them, and the Python package's copies are tested against them). A diagnosis is one of `normalizations`
-/// or `others`; "objective" followed by a factor; a normalization followed by a factor or by another
-/// objective's name in parentheses; any of these after a site's name and ": ". A factor is one of
+/// or `others`, or another loss's count "count_of(mtp)"; "objective" followed by a factor; a normalization
+/// followed by a factor or by another objective's name in parentheses; any of these after a site's name and
+/// ": ", or after "term " and an auxiliary term's name and ": ". A factor is one of
 /// `factors`, the size of mesh dimensions ("/cp", "×(cp·sp)") or a plain number ("×4", "/3", "×G/3").
 struct diagnosis_names {
   std::vector<std::string_view> normalizations;  ///< the strategy table's, but the objective's own
