@@ -265,7 +265,8 @@ std::string gate_text(const gate_result& gate, const observed_result& observed,
   out << "  verdict: " << verdict_name(gate.verdict);
   if (gate.main_verdict) {  // with terms: the update's verdict, and each loss's
     out << " (the main loss: " << verdict_name(*gate.main_verdict);
-    for (const term_judgement& term : gate.terms) out << "; term " << term.name << ": " << verdict_name(term.gate.verdict);
+    for (const term_judgement& term : gate.terms)
+      out << "; term " << term.name << ": " << verdict_name(term.gate.verdict);
     out << ")";
   }
   out << "\n";

@@ -373,10 +373,9 @@ mistake_words sibling_count_words(const partition& update, const sibling_loss& o
               std::string(units.symbol(0)) + " = " + on_screen(units.total()),
           "each loss of the update is normalized by its own tokens: " + loss + "'s tokens then weigh " +
               on_screen(ratio) + " times what the objective gives them, and its share of the gradient follows " +
-              others +
-              "'s count (a multi-token-prediction mask drops labels at the end of each sequence, a count "
-              "shared between losses can be overwritten by another's); count " +
-              loss + "'s own tokens over the whole update and divide by that"};
+              others + "'s count (a multi-token-prediction mask drops labels at the end of each sequence, a " +
+              "count shared between losses can be overwritten by another's); count " + loss +
+              "'s own tokens over the whole update and divide by that"};
 }
 
 }  // namespace
@@ -418,9 +417,8 @@ mistake_words factor_words(std::string_view label, const partition& update) {
     if (label == "/weight")
       return {"divided by " + loss + "'s weight " + weight,
               loss + "'s loss was not multiplied by its declared weight " + weight +
-                  " (or the weight was divided "
-                  "out once more): the term then weighs 1/" +
-                  weight + " times its share of the update's loss"};
+                  " (or the weight was divided out once more): its tokens then weigh 1/(" + weight +
+                  ") times what the objective gives them"};
     return {"multiplied by " + loss + "'s weight " + weight + " once more",
             "the weight " + weight + " was applied twice (in the loss and again in a scale or a hook)"};
   }
