@@ -24,9 +24,12 @@ using namespace normcheck;
 // A loss's valid tokens: rank → microbatch → targets (each microbatch one group).
 using tokens = std::vector<std::vector<std::vector<int>>>;
 
-// The update: the mesh (none, or dp 2 × cp 2), θ, the main loss's tokens, two terms' and their weights.
+// The device mesh a layout is on: none, dp 2 × cp 2, or dp 2 × tp 2 (the tokens listed are the first replicas').
+enum class mesh_kind { none, dp_cp, dp_tp };
+
+// The update: the mesh, θ, the main loss's tokens, two terms' and their weights.
 struct layout {
-  bool mesh = false;
+  mesh_kind mesh = mesh_kind::none;
   rational theta;
   tokens main;
   std::vector<tokens> terms;
@@ -34,6 +37,9 @@ struct layout {
 };
 
 std::size_t world(const layout& l) { return l.main.size(); }
+
+// Every rank of the mesh, replicas included: each holds a copy of the measurement.
+std::size_t listed(const layout& l) { return world(l) * (l.mesh == mesh_kind::dp_tp ? 2 : 1); }
 
 std::uint64_t count(const tokens& t) {
   std::uint64_t n = 0;
@@ -63,8 +69,10 @@ rc::Gen<tokens> tokens_like(std::size_t ranks, std::size_t microbatches, std::si
 rc::Gen<layout> layouts(bool full) {
   return rc::gen::exec([=] {
     layout l;
-    l.mesh = *rc::gen::arbitrary<bool>();
-    const std::size_t ranks = l.mesh ? 4 : *rc::gen::inRange<std::size_t>(1, 4);
+    l.mesh = *rc::gen::element(mesh_kind::none, mesh_kind::dp_cp, mesh_kind::dp_tp);
+    const std::size_t ranks = l.mesh == mesh_kind::dp_cp   ? 4
+                              : l.mesh == mesh_kind::dp_tp ? 2
+                                                           : *rc::gen::inRange<std::size_t>(1, 4);
     const std::size_t g = *rc::gen::inRange<std::size_t>(1, 4);
     const std::size_t least = full ? 1 : 0;
     l.theta = rational(*rc::gen::inRange(-4, 5)) / 2;
@@ -81,7 +89,10 @@ rc::Gen<layout> layouts(bool full) {
 
 // A counterexample in words: the mesh, the weights and each loss's tokens.
 std::string described(const layout& l) {
-  std::string out = (l.mesh ? "dp 2 × cp 2" : "W = " + std::to_string(world(l))) + ", θ = " + to_string(l.theta) +
+  const std::string mesh = l.mesh == mesh_kind::dp_cp   ? "dp 2 × cp 2"
+                           : l.mesh == mesh_kind::dp_tp ? "dp 2 × tp 2"
+                                                        : "W = " + std::to_string(world(l));
+  std::string out = mesh + ", θ = " + to_string(l.theta) +
                     ", weights " + to_string(l.weights[0]) + " and " + to_string(l.weights[1]) + "\n";
   for (const tokens* t : {&l.main, &l.terms[0], &l.terms[1]}) {
     for (const auto& rank : *t) {
@@ -108,7 +119,8 @@ partition update_of(const layout& l, const tokens& t) {
     }
   }
   partition p = make_accumulated_partition(explicit_tokens, l.theta);
-  if (l.mesh) p.mesh = {{"dp", 2, mesh_role::data}, {"cp", 2, mesh_role::sequence}};
+  if (l.mesh == mesh_kind::dp_cp) p.mesh = {{"dp", 2, mesh_role::data}, {"cp", 2, mesh_role::sequence}};
+  if (l.mesh == mesh_kind::dp_tp) p.mesh = {{"dp", 2, mesh_role::data}, {"tp", 2, mesh_role::replica}};
   return p;
 }
 
@@ -122,6 +134,7 @@ enum class way {
   microbatch_mean,          // each microbatch's own count, the accumulation ÷ G
   prefix_count,             // the count seen so far in the window
   without_cp_compensation,  // averaged over cp once too often
+  count_with_replicas,      // a count reduced over tp as well: each token counted twice
   weight_missing,           // a term not multiplied by its weight
 };
 
@@ -145,7 +158,8 @@ std::optional<std::vector<rational>> reckoned(const layout& l, const tokens& t, 
         case way::local_mean: divisor = ranks * own; break;
         case way::microbatch_mean: divisor = ranks * rational(rank.size()) * microbatch.size(); break;
         case way::prefix_count: divisor = ranks * seen; break;
-        case way::without_cp_compensation: divisor = rational(2) * count(t); break;
+        case way::without_cp_compensation:
+        case way::count_with_replicas: divisor = rational(2) * count(t); break;
         case way::weight_missing: divisor = rational(count(t)) * w; break;
       }
       if (divisor == 0) return std::nullopt;
@@ -174,8 +188,8 @@ observed_result measured(const layout& l, const tokens& t, const std::vector<rat
     }
   group_measurement groups;
   groups.from_per_rank = true;
-  groups.per_rank.assign(world(l), components);
-  observed.per_rank.assign(world(l), total);
+  groups.per_rank.assign(listed(l), components);
+  observed.per_rank.assign(listed(l), total);
   observed.groups = std::move(groups);
   return observed;
 }
@@ -260,6 +274,7 @@ std::string name_of(way how) {
     case way::prefix_count: return "prefix_count";
     // On a weight table the missing compensation is the count taken before the sequences were split.
     case way::without_cp_compensation: return "count_before_sequence_sharding";
+    case way::count_with_replicas: return "count_with_replicas";
     case way::weight_missing: return "objective/weight";
     case way::correct: break;
   }
@@ -276,10 +291,11 @@ bool each_mistake_is_named(const gate_function& gate) {
   return rc::check("each way of normalizing a term, or the main loss, wrong is caught and named", [&] {
     const way how = *rc::gen::element(way::main_count, way::other_term_count, way::term_count, way::local_mean,
                                       way::microbatch_mean, way::prefix_count, way::without_cp_compensation,
-                                      way::weight_missing);
+                                      way::count_with_replicas, way::weight_missing);
     const bool per_microbatch = how == way::microbatch_mean || how == way::prefix_count;
     layout l = *layouts(per_microbatch);
-    if (how == way::without_cp_compensation) RC_PRE(l.mesh);
+    if (how == way::without_cp_compensation) RC_PRE(l.mesh == mesh_kind::dp_cp);
+    if (how == way::count_with_replicas) RC_PRE(l.mesh == mesh_kind::dp_tp);
     if (per_microbatch) RC_PRE(l.main.front().size() > 1);
     // The loss it is planted in: the main loss, term 1 (divided by term 0's count) or term 0.
     const std::size_t victim = how == way::term_count ? 0 : how == way::other_term_count ? 2 : 1;
