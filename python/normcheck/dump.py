@@ -252,6 +252,13 @@ def term(name: str, ranks: Sequence[Sequence[Any]], *, weight: Any = None, objec
     result: Dict[str, Any] = {"name": name}
     if weight is not None:
         result["weight"] = literal(weight)
+    _objective_members(result, objective, normalizer)
+    result["ranks"] = [list(rank) for rank in ranks]
+    return result
+
+
+def _objective_members(result: Dict[str, Any], objective: Optional[str], normalizer: Any) -> None:
+    """``objective`` (checked) and ``normalizer`` (beside ``constant`` only) into ``result``, where given."""
     if objective is not None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
@@ -260,8 +267,6 @@ def term(name: str, ranks: Sequence[Sequence[Any]], *, weight: Any = None, objec
         raise ValueError("the objective constant needs a normalizer, and only it takes one")
     if normalizer is not None:
         result["normalizer"] = literal(normalizer)
-    result["ranks"] = [list(rank) for rank in ranks]
-    return result
 
 
 def term_measurement(name: str, per_rank: Sequence[Any],
@@ -416,14 +421,7 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
         result["description"] = str(description)
     if objective is None and weights is not None:
         objective = "weighted_token_mean"
-    if objective is not None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-        result["objective"] = objective
-    if (normalizer is not None) != (objective == "constant"):
-        raise ValueError("the objective constant needs a normalizer, and only it takes one")
-    if normalizer is not None:
-        result["normalizer"] = literal(normalizer)
+    _objective_members(result, objective, normalizer)
     sizes = [_count(d["size"], "a mesh dimension's size") for d in mesh] if mesh is not None else None
     written = _written_ranks(ranks, weights, sizes, "")
     if mesh is not None:

@@ -223,6 +223,16 @@ std::string count_text(const partition& update) {
   return "tokens, normalizer C = " + on_screen(total);
 }
 
+// A loss's bound and each of its checks, two spaces in.
+void print_bound_and_checks(std::ostream& out, const gate_result& gate) {
+  out << "  bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
+      << (gate.bound_is_explicit ? ", from the file's tolerance"
+                                 : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
+      << "\n";
+  for (const gate_check& check : gate.checks)
+    out << "  " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
+}
+
 // An auxiliary term's part of the gate's text, its first line unindented: its weight and count, its gradient
 // against its objective's, the bound, the checks, the verdict and its weight table (its explanations are the
 // update's, named "term mtp: …").
@@ -232,12 +242,7 @@ std::string term_text(const term_judgement& judged, const observed_result& obser
   out << "term " << judged.name << " (weight " << on_screen(update.loss_weight) << ", "
       << objective_name(update.objective) << " over its own " << count_text(update)
       << "): " << in_words(term.observed, term.objective, update.objective) << "\n";
-  out << "  bound " << (term.bound ? on_screen(*term.bound) + " (≈ " + approximate(*term.bound) + ")" : "none")
-      << (term.bound_is_explicit ? ", from the file's tolerance"
-                                 : ", derived with K = " + std::to_string(term.rounding_depth) + " roundings")
-      << "\n";
-  for (const gate_check& check : term.checks)
-    out << "  " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
+  print_bound_and_checks(out, term);
   out << "  verdict: " << verdict_name(term.verdict) << "\n";
   if (term.ratio)
     out << "  unexplained: observed / objective = " << on_screen(*term.ratio) << " (≈ " << approximate(*term.ratio)
@@ -256,12 +261,7 @@ std::string gate_text(const gate_result& gate, const observed_result& observed,
   out << "gate (" << dtype_name(gate.type)
       << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
       << "): " << in_words(gate.observed, gate.objective, document.update.objective) << "\n";
-  out << "  bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
-      << (gate.bound_is_explicit ? ", from the file's tolerance"
-                                 : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
-      << "\n";
-  for (const gate_check& check : gate.checks)
-    out << "  " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
+  print_bound_and_checks(out, gate);
   out << "  verdict: " << verdict_name(gate.verdict);
   if (gate.main_verdict) {  // with terms: the update's verdict, and each loss's
     out << " (the main loss: " << verdict_name(*gate.main_verdict);

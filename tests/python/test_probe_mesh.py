@@ -53,15 +53,6 @@ def whole_batch(dp):
     return tokens, labels
 
 
-def zigzag(cp_rank):
-    """The positions CP rank cp_rank holds: chunks cp_rank and 2·CP − 1 − cp_rank of 2·CP chunks."""
-    chunk = LENGTH // (2 * CP)
-    held = []
-    for c in (cp_rank, 2 * CP - 1 - cp_rank):
-        held += list(range(c * chunk, (c + 1) * chunk))
-    return torch.tensor(held)
-
-
 class PerToken(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -97,7 +88,7 @@ def one_step(loop, mesh, probe_factory, wrap="ddp"):
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
     tokens, labels = whole_batch(dp)
-    held = zigzag(cp)
+    held = mesh_step.zigzag(cp, LENGTH, CP)
     tokens, labels = tokens[:, held], labels[:, held]
     positions = held.expand(ROWS, -1)
 

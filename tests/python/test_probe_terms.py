@@ -39,6 +39,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import mesh_step  # noqa: E402
 from invisible import differences, record  # noqa: E402
 from normcheck.launch import launch  # noqa: E402
 
@@ -132,11 +133,12 @@ def pair_step(loop, rank, probe_factory):
     return record(losses, model, optimizer, probe), verdict
 
 
-def every_pair_loop(rank, world_size, probe):
+def every_loop(loops, run, probe, rank):
+    """Each loop run unprobed and probed (``run(loop, probe_factory)``): what changed, and the verdict."""
     out = {}
-    for loop in PAIR_LOOPS:
-        plain, _ = pair_step(loop, rank, None)
-        probed, verdict = pair_step(loop, rank, probe)
+    for loop in loops:
+        plain, _ = run(loop, None)
+        probed, verdict = run(loop, probe)
         out[loop] = {"differences": differences(plain, probed), "verdict": verdict.verdict,
                      "explanations": verdict.explanations,
                      "terms": [(t.name, t.verdict, t.diagnosis) for t in verdict.terms],
@@ -144,16 +146,14 @@ def every_pair_loop(rank, world_size, probe):
     return out
 
 
-def zigzag(cp_rank):
-    """The positions CP rank cp_rank holds: chunks cp_rank and 2·CP − 1 − cp_rank of 2·CP chunks."""
-    chunk = LENGTH // (2 * CP)
-    held = []
-    for c in (cp_rank, 2 * CP - 1 - cp_rank):
-        held += list(range(c * chunk, (c + 1) * chunk))
-    return torch.tensor(held)
+def every_pair_loop(rank, world_size, probe):
+    def run(loop, factory):
+        return pair_step(loop, rank, factory)
+
+    return every_loop(PAIR_LOOPS, run, probe, rank)
 
 
-def mesh_step(loop, mesh, probe_factory):
+def one_mesh_step(loop, mesh, probe_factory):
     """One DDP step on dp 2 × cp 2: (the invisibility record, the verdict or None)."""
     torch.manual_seed(0)
     model = WithMTP()
@@ -164,7 +164,7 @@ def mesh_step(loop, mesh, probe_factory):
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
     tokens, labels, mtp_labels = batch(100 + dp, [(0, 3), (2, 0)][dp])
-    held = zigzag(cp)
+    held = mesh_step.zigzag(cp, LENGTH, CP)
     tokens, labels, mtp_labels = tokens[:, held], labels[:, held], mtp_labels[:, held]
     positions = held.expand(ROWS, -1)
     world = dist.get_world_size()
@@ -192,15 +192,11 @@ def every_mesh_loop(rank, world_size, probe):
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cpu", (2, CP), mesh_dim_names=("dp", "cp"))
-    out = {}
-    for loop in MESH_LOOPS:
-        plain, _ = mesh_step(loop, mesh, None)
-        probed, verdict = mesh_step(loop, mesh, probe)
-        out[loop] = {"differences": differences(plain, probed), "verdict": verdict.verdict,
-                     "explanations": verdict.explanations,
-                     "terms": [(t.name, t.verdict, t.diagnosis) for t in verdict.terms],
-                     "message": verdict.message if rank == 0 else ""}
-    return out
+
+    def run(loop, factory):
+        return one_mesh_step(loop, mesh, factory)
+
+    return every_loop(MESH_LOOPS, run, probe, rank)
 
 
 _ranks = {}
