@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import dump
-from ._probe_record import Geometry, ProbeError, RankRecord
+from ._probe_record import Geometry, ProbeError, RankRecord, TermDeclaration, TermRecord
 from .options import Number, Objective, Reducer
 
 __all__ = ["document", "assemble", "unreduced", "restrict", "first_replicas", "replica_losses", "infer_reducer",
@@ -120,9 +120,14 @@ def _replica_names(geometry: Geometry) -> str:
     return " × ".join(name for name, _, role in geometry.mesh if role == "replica")
 
 
-def restrict(parts: Sequence[RankRecord], geometry: Geometry, site: str,
-             witness: bool) -> Tuple[List[List[float]], Optional[List[List[float]]]]:
-    """Every rank's copy of one probe vector, restricted to the groups used, in group order."""
+def restrict(parts: Sequence[RankRecord], geometry: Geometry, site: str, witness: bool,
+             slots_of: Optional[Callable[[RankRecord], Sequence[int]]] = None
+             ) -> Tuple[List[List[float]], Optional[List[List[float]]]]:
+    """Every rank's copy of one probe vector, restricted to the groups used, in group order.
+
+    ``slots_of`` gives the slots of one loss's groups in group order from the record that owns a region (the
+    main loss's or an auxiliary term's); by default every slot used, in order.
+    """
     half = geometry.slots * geometry.regions
     owners = first_replicas(parts, geometry)
     primary: List[List[float]] = []
@@ -134,10 +139,11 @@ def restrict(parts: Sequence[RankRecord], geometry: Geometry, site: str,
         stray = 0.0
         for q, other in enumerate(owners):
             start = q * geometry.slots
-            chosen += vector[start:start + other.used]
+            picked = slots_of(other) if slots_of is not None else range(other.used)
+            chosen += [vector[start + slot] for slot in picked]
             stray = max([stray] + [abs(v) for v in vector[start + other.used:start + geometry.slots]])
             if geometry.witness:
-                chosen_witness += vector[half + start:half + start + other.used]
+                chosen_witness += [vector[half + start + slot] for slot in picked]
                 stray = max([stray] + [abs(v) for v in vector[half + start + other.used:half + start + geometry.slots]])
         if stray != 0 and math.isfinite(stray):
             where = f"site {site}" if site else "p"
@@ -213,13 +219,61 @@ def unreduced(parts: Sequence[RankRecord], geometry: Geometry) -> Optional[str]:
             "must include p (and call probe.capture() after it)")
 
 
+def _main_slots(part: RankRecord) -> Sequence[int]:
+    return part.slots if part.slots is not None else range(part.used)
+
+
+def _term_of(part: RankRecord, name: str) -> TermRecord:
+    """Rank ``part``'s record of term ``name``: a term the rank never saw holds no token in any microbatch."""
+    for term in part.terms:
+        if term.name == name:
+            return term
+    empty = len(part.microbatches)
+    return TermRecord(name=name, microbatches=(([], None),) * empty, sequences=(False,) * empty, valid=(0,) * empty)
+
+
+def _terms(parts: Sequence[RankRecord], geometry: Geometry, declared: Mapping[str, TermDeclaration],
+           with_witness: bool) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """The auxiliary terms the ranks recorded (in the order rank 0, then the others, first saw them): each one's
+    entry of the document's ``terms`` and of ``observed.terms``."""
+    names: List[str] = []
+    for part in parts:
+        names += [term.name for term in part.terms if term.name not in names]
+    entries: List[Dict[str, Any]] = []
+    measurements: List[Dict[str, Any]] = []
+    for name in names:
+        records = [_term_of(part, name) for part in parts]
+        for part, record in zip(parts, records):
+            if len(record.microbatches) != len(part.microbatches):
+                raise ProbeError(f"rank {part.rank} recorded term {name} in {len(record.microbatches)} microbatches "
+                                 f"of its {len(part.microbatches)}")
+        if not any(valid for record in records for valid in record.valid):
+            raise ProbeError(f"term {name} saw no valid token on any rank this step: its objective is undefined")
+        declaration = declared.get(name, TermDeclaration(name=name))
+        if declaration.objective in ("sequence_mean", "sequence_sum_mean"):
+            for part, record in zip(parts, records):
+                for m, (sequenced, valid) in enumerate(zip(record.sequences, record.valid)):
+                    if valid and not sequenced:
+                        raise ProbeError(f"term {name} is judged by {declaration.objective}, but rank {part.rank}'s "
+                                         f"microbatch {m} of it has no sequences")
+        slots = {part.rank: record.slots for part, record in zip(parts, records)}
+        per_rank, witness = restrict(parts, geometry, "", with_witness, lambda owner: slots[owner.rank])
+        entries.append(dump.term(name, [[written for written, _ in record.microbatches] for record in records],
+                                 weight=None if declaration.weight == 1 else declaration.weight,
+                                 objective=None if declaration.objective == "token_mean" else declaration.objective,
+                                 normalizer=declaration.normalizer))
+        measurements.append(dump.term_measurement(name, per_rank, witness))
+    return entries, measurements
+
+
 def document(parts: Sequence[RankRecord], geometry: Geometry, *, objective: Objective,
              normalizer: Optional[Number], description: Optional[str], origin: str,
-             backend: str) -> Dict[str, Any]:
+             backend: str, terms: Mapping[str, TermDeclaration] = {}) -> Dict[str, Any]:
     """The per-group normcheck/1 document of the step every record describes (rank order); raises ProbeError.
 
     ``description`` replaces the default one, which starts with ``origin`` (what probed which model)
-    and names the ``backend``, the ranks and the reducer.
+    and names the ``backend``, the ranks and the reducer. ``terms`` holds the auxiliary terms' declarations
+    (``Probe.term``); a term recorded without one has weight 1 and the token mean.
     """
     errors = [p.error for p in parts if p.error]
     if errors:
@@ -280,24 +334,28 @@ def document(parts: Sequence[RankRecord], geometry: Geometry, *, objective: Obje
     if any(d is not None for d in divided) and not all(d is not None for d in divided):
         raise ProbeError("probe.divided_by() was called on some ranks and not on others")
     with_witness = geometry.witness and not is_weighted
-    per_rank, witness = restrict(parts, geometry, "", with_witness)
+    per_rank, witness = restrict(parts, geometry, "", with_witness, _main_slots)
     sites = []
     for name in geometry.sites:
-        site_rank, site_witness = restrict(parts, geometry, name, with_witness)
+        site_rank, site_witness = restrict(parts, geometry, name, with_witness, _main_slots)
         sites.append(dump.site(name, site_rank, site_witness))
+    term_entries, term_measurements = _terms(parts, geometry, terms, with_witness)
     seen = dump.observed(
         dtype=dtype, per_rank=per_rank, witness=witness, sites=sites or None,
         reduction_dtype=reduction_dtype if reduction_dtype not in (None, dtype) else None,
-        divided_by=divided if all(d is not None for d in divided) else None)
+        divided_by=divided if all(d is not None for d in divided) else None,
+        terms=term_measurements or None)
     text = description or (
         f"{origin}, W = {len(parts)} ({backend}"
         + (", mesh " + " × ".join(f"{name} {size}" for name, size, _ in geometry.mesh) if geometry.mesh else "")
         + f"), reducer {reducer} ({how})"
         + (f", communication hook {hook_name}" if hook_name else "")
         + (", p sharded by FSDP2" if first.spans is not None else "")
-        + (f", sites {', '.join(geometry.sites)}" if geometry.sites else ""))
+        + (f", sites {', '.join(geometry.sites)}" if geometry.sites else "")
+        + (f", terms {', '.join(entry['name'] for entry in term_entries)}" if term_entries else ""))
     ranks = [[written for written, _ in p.microbatches] for p in parts]
     weights = [[w for _, w in p.microbatches] for p in parts] if is_weighted else None
     mesh = [{"name": name, "size": size, "role": role} for name, size, role in geometry.mesh] or None
     return dump.document(ranks, weights=weights, world_size=len(parts), reducer=reducer, theta=0,
-                         objective=objective, normalizer=normalizer, description=text, observed=seen, mesh=mesh)
+                         objective=objective, normalizer=normalizer, description=text, observed=seen, mesh=mesh,
+                         terms=term_entries or None)

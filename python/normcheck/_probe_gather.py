@@ -20,9 +20,10 @@ from torch import nn
 
 from . import _probe_capture as capture
 from . import dump, picture
+from ._probe_step import Microbatch
 from ._probe_document import document, replica_losses
 from ._probe_report import framed
-from ._probe_record import Geometry, ProbeError, RankRecord
+from ._probe_record import Geometry, ProbeError, RankRecord, TermRecord
 from .check import NormcheckError, Verdict, run_check
 from .options import FloatDtype, Framework, Number, Objective, Reducer
 
@@ -109,6 +110,13 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
         ddp = ddp_model is not None
         has_hook, hook_name, hook = capture.registered_hook(ddp_model) if ddp else (False, None, None)
         hook_reducer, hook_dtype = capture.known_hook(hook_name, hook) if has_hook else (None, None)
+        terms = []
+        for name, listed in probe._terms.items():
+            batches = listed + [Microbatch() for _ in range(len(probe._microbatches) - len(listed))]
+            terms.append(TermRecord(name=name, microbatches=tuple(b.written() for b in batches),
+                                    sequences=tuple(bool(b.sequences) for b in batches),
+                                    valid=tuple(b.valid for b in batches),
+                                    slots=tuple(slot for b in batches for slot in b.slots)))
         vectors = {site: tuple(v / scale for v in value.tolist()) for site, value in probe._captured.items()}
         for holder in probe._holders:
             vectors.setdefault(holder.site, (0.0,) * probe.components)
@@ -135,6 +143,8 @@ def rank_record(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scal
             reducer=reducer,
             reduction_dtype=reduction_dtype,
             losses=tuple(torch.cat(probe._replica_losses).tolist()) if probe._replica_losses else (),
+            slots=tuple(slot for b in probe._microbatches for slot in b.slots) if terms else None,
+            terms=tuple(terms),
         )
     except ProbeError as e:
         return RankRecord(rank=probe.rank, error=str(e))
@@ -211,7 +221,8 @@ def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler:
             backend = dist.get_backend() if is_distributed else "one process"
             origin = f"normcheck.torch.Probe on {type(probe.module).__name__}, PyTorch {torch.__version__}"
             made = document(parts, geometry, objective=objective, normalizer=normalizer,
-                            description=description or probe.description, origin=origin, backend=str(backend))
+                            description=description or probe.description, origin=origin, backend=str(backend),
+                            terms=probe._term_declarations)
             target, temporary = output_path(probe.directory, path, temporary=judge)
             dump.write(target, made)
             outcome = (_judged(probe, target, parts, geometry, framework, temporary is None or probe.keep) if judge

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Tuple, Union
 
 from .errors import Error
-from .options import FloatDtype, Reducer
+from .options import FloatDtype, Objective, Reducer
 
-__all__ = ["ProbeError", "Geometry", "RankRecord", "WireNumber", "DividedBy", "regions_of", "region_of"]
+__all__ = ["ProbeError", "Geometry", "RankRecord", "TermRecord", "TermDeclaration", "WireNumber", "DividedBy",
+           "regions_of", "region_of"]
 
 WireNumber = Union[int, str]
 """An exact number as normcheck/1 writes it (``dump.literal``)."""
@@ -87,6 +88,30 @@ class Geometry:
 
 
 @dataclass(frozen=True)
+class TermDeclaration:
+    """An auxiliary loss term as the step declares it (``Probe.term``): its weight in the step's loss and the
+    objective it is judged by over its own tokens."""
+
+    name: str
+    weight: WireNumber = 1
+    objective: Objective = "token_mean"
+    normalizer: Optional[WireNumber] = None
+
+
+@dataclass(frozen=True)
+class TermRecord:
+    """One rank's tokens of an auxiliary term: its microbatches, aligned with the main loss's, and the slots of p
+    its groups were given, in group order."""
+
+    name: str
+    microbatches: Tuple[Tuple[Any, Any], ...] = ()
+    """Each microbatch as the document writes it, and None (a term's tokens carry no weights)."""
+    sequences: Tuple[bool, ...] = ()
+    valid: Tuple[int, ...] = ()
+    slots: Tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class RankRecord:
     """One rank's part of a judged step; with ``error`` set, what went wrong there and nothing else."""
 
@@ -130,3 +155,7 @@ class RankRecord:
     losses: Tuple[float, ...] = ()
     """On a mesh with replica dimensions: every loss value the step recorded, in call order (a call's
     valid tokens' losses, or its reduced loss), compared with the first replica's."""
+    slots: Optional[Tuple[int, ...]] = None
+    """With auxiliary terms: the slots of the main loss's groups, in group order (None: slots 0 … used − 1)."""
+    terms: Tuple[TermRecord, ...] = ()
+    """The auxiliary terms this rank recorded, in the order it first saw them."""

@@ -216,6 +216,8 @@ class Microbatch:
         from . import dump
 
         valid, positions = self.counts()
+        if not self.slots:  # a microbatch in which this loss saw no token (an auxiliary term's, say)
+            return [], None
         if self.weighted:
             token_lists: List[List[Optional[int]]] = [[] for _ in self.slots]
             weight_lists: List[List[Optional[float]]] = [[] for _ in self.slots]

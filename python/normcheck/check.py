@@ -24,8 +24,8 @@ from .errors import Error
 
 __all__ = [
     "NormcheckError", "NormcheckFailure", "Verdict", "Explanation", "LookAlike", "WeightRow", "WeightTable",
-    "SiteVerdict", "Suggestion", "find_executable", "run_check", "assert_passes", "describe", "weight_table",
-    "suggest_for_counts",
+    "SiteVerdict", "TermVerdict", "Suggestion", "find_executable", "run_check", "assert_passes", "describe",
+    "weight_table", "suggest_for_counts",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -164,6 +164,20 @@ class SiteVerdict:
 
 
 @dataclass(frozen=True)
+class TermVerdict:
+    """The gate's conclusion on one auxiliary loss term, judged on its own tokens against its weight and objective."""
+
+    name: str
+    verdict: Optional[str]
+    """'pass', 'fail' or 'inconclusive', the term's own (the file's verdict is the worst of every loss's)."""
+    diagnosis: Tuple[str, ...] = ()
+    """For a 'fail': what the term's code computed, by name ('main_count', 'local_mean', …)."""
+    could_hide: Tuple[str, ...] = ()
+    weights: Optional[WeightTable] = None
+    in_words: str = ""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """normcheck's conclusion on one file, read from ``check --json``.
 
@@ -198,6 +212,9 @@ class Verdict:
     """The diagnosis entries in full (what was computed, why it is wrong, what instead)."""
     picture: Optional[str] = field(default=None, compare=False)
     """The SVG of the weight table written beside the dump (``normcheck.picture``), when one was kept."""
+    terms: Tuple[TermVerdict, ...] = field(default=(), compare=False)
+    """Each auxiliary term's own conclusion; ``diagnosis`` and ``could_hide`` also name its explanations, as
+    'term mtp: main_count'."""
 
     @property
     def passed(self) -> bool:
@@ -394,11 +411,16 @@ def _verdict(report: Dict[str, Any], require_gate: bool) -> Verdict:
                                 computed=str(e.get("computed", "")), why_wrong=str(e.get("why_wrong", "")),
                                 instead=str(e.get("instead", "")), alike=_look_alikes(e.get("alike")))
                     for e in diagnosis if isinstance(e, dict))
+    terms = tuple(TermVerdict(name=str(e.get("name", "")), verdict=e.get("verdict"),
+                              diagnosis=_names(e.get("diagnosis")) if e.get("verdict") == "fail" else (),
+                              could_hide=_names(e.get("could_hide")), weights=weight_table(e.get("weights")),
+                              in_words=str(e.get("in_words", "") or ""))
+                  for e in gate.get("terms", []) or [] if isinstance(e, dict))
     return Verdict(file=str(report.get("file", "")), status=status, verdict=verdict, diagnosis=_names(diagnosis),
                    could_hide=_names(gate.get("could_hide")), report=report, message=describe(report),
                    failed_checks=tuple(str(c.get("name", "")) for c in gate.get("checks", [])
                                        if isinstance(c, dict) and not c.get("passed")),
-                   weights=weight_table(gate.get("weights")), sites=sites, details=details)
+                   weights=weight_table(gate.get("weights")), sites=sites, details=details, terms=terms)
 
 
 def run_check(paths: Union[PathLike, Sequence[PathLike]], *, executable: Optional[PathLike] = None,

@@ -17,6 +17,7 @@ import errno
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import time
@@ -29,7 +30,7 @@ from .options import DTYPES, OBJECTIVES, REDUCERS
 __all__ = [
     "FORMAT", "DTYPES", "REDUCERS", "OBJECTIVES", "Literal", "exact", "literal", "tokens", "group", "sequences",
     "site", "observed", "document", "render", "write", "write_atomically", "token_values", "rank_part",
-    "build_document", "dump_update", "sliced",
+    "build_document", "dump_update", "sliced", "term", "term_measurement",
 ]
 
 FORMAT = "normcheck/1"
@@ -237,6 +238,50 @@ def site(name: str, per_rank: Sequence[Sequence[Any]],
     return result
 
 
+def term(name: str, ranks: Sequence[Sequence[Any]], *, weight: Any = None, objective: Optional[str] = None,
+         normalizer: Any = None) -> Dict[str, Any]:
+    """One entry of the document's ``terms``: an auxiliary loss term's own tokens on the main loss's ranks.
+
+    ``ranks[r]`` lists rank r's microbatches, aligned with the main loss's (``[]`` where the term holds no
+    token); ``weight`` is the term's exact weight in the step's loss (default 1), ``objective`` the one it is
+    judged by over its own tokens (default ``token_mean``; ``constant`` with ``normalizer``).
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name == "main":
+        raise ValueError(f"a term's name is an identifier of lower-case letters, digits and _ other than 'main', "
+                         f"not {name!r}")
+    result: Dict[str, Any] = {"name": name}
+    if weight is not None:
+        result["weight"] = literal(weight)
+    _objective_members(result, objective, normalizer)
+    result["ranks"] = [list(rank) for rank in ranks]
+    return result
+
+
+def _objective_members(result: Dict[str, Any], objective: Optional[str], normalizer: Any) -> None:
+    """``objective`` (checked) and ``normalizer`` (beside ``constant`` only) into ``result``, where given."""
+    if objective is not None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+        result["objective"] = objective
+    if (normalizer is not None) != (objective == "constant"):
+        raise ValueError("the objective constant needs a normalizer, and only it takes one")
+    if normalizer is not None:
+        result["normalizer"] = literal(normalizer)
+
+
+def term_measurement(name: str, per_rank: Sequence[Any],
+                     witness: Optional[Sequence[Sequence[Any]]] = None) -> Dict[str, Any]:
+    """One entry of ``observed.terms``: what the step measured of term ``name``, shaped like ``observed.per_rank``
+    (one number, or one vector with a value per group of the term, per rank) and its witness beside vectors."""
+    written = [_gradient(v, f"term {name} rank {r}") for r, v in enumerate(per_rank)]
+    if len({isinstance(v, list) for v in written}) > 1:
+        raise ValueError(f"term {name}'s per_rank mixes numbers and vectors")
+    result: Dict[str, Any] = {"name": str(name), "per_rank": written}
+    if witness is not None:
+        result["witness"] = [_vector(v, f"term {name} witness rank {r}") for r, v in enumerate(witness)]
+    return result
+
+
 def _vector(values: Any, what: str) -> List[Literal]:
     listed = values.tolist() if hasattr(values, "tolist") else list(values)
     if not listed:
@@ -271,7 +316,8 @@ def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[An
              mass_global: Any = None, mass_per_rank: Optional[Sequence[Any]] = None,
              tolerance_absolute: Any = None, tolerance_relative: Any = None,
              witness: Optional[Sequence[Any]] = None,
-             sites: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+             sites: Optional[Sequence[Mapping[str, Any]]] = None,
+             terms: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
     """The ``observed`` object: the gradient (or each rank's copy, ``per_rank``) and what the code counted.
 
     Gradient values may be non-finite; they are written as ``float.hex()`` prints them ('nan', 'inf',
@@ -279,6 +325,7 @@ def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[An
     component per group of the document; ``witness`` is shaped like it (the within-group witness
     components) and ``sites`` is a list of ``site()`` entries. ``divided_by`` has one entry per rank:
     the number the rank divided its loss sum by, or a list with one such number per microbatch.
+    ``terms`` lists ``term_measurement()`` entries, one per auxiliary term of the document.
     """
     if (gradient is None) == (per_rank is None):
         raise ValueError("observed needs exactly one of gradient and per_rank")
@@ -307,6 +354,11 @@ def observed(*, dtype: str, gradient: Any = None, per_rank: Optional[Sequence[An
         if len(set(names)) != len(names) or not all(names):
             raise ValueError(f"site names must be non-empty and unique: {names}")
         result["sites"] = [dict(entry) for entry in sites]
+    if terms is not None:
+        names = [str(entry.get("name", "")) for entry in terms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each term is measured once: {names}")
+        result["terms"] = [dict(entry) for entry in terms]
     result["dtype"] = _dtype(dtype, "dtype")
     if reduction_dtype is not None:
         result["reduction_dtype"] = _dtype(reduction_dtype, "reduction_dtype")
@@ -344,7 +396,8 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
              expect: Optional[Mapping[str, Any]] = None, expect_error: Optional[str] = None,
              observed: Optional[Mapping[str, Any]] = None, expect_gate: Optional[Mapping[str, Any]] = None,
              recipe: Optional[Mapping[str, str]] = None, normalizer: Any = None,
-             mesh: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+             mesh: Optional[Sequence[Mapping[str, Any]]] = None,
+             terms: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
     """A normcheck/1 document (a dict of wire literals) from rank → microbatch → token values.
 
     ``ranks[r]`` is the list of rank r's microbatches in the order it accumulated them; a microbatch is
@@ -356,7 +409,8 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
     ``expect`` maps gradient names to numbers or ``None``; ``expect_gate`` is ``{"verdict": ...,
     "explanations": [...]}``; ``recipe`` is ``{"scale": "W / N", "reducer": "mean"}``. ``mesh`` lists the
     device mesh's dimensions, ``{"name": "dp", "size": 2, "role": "data"}`` each (roles: data, sequence,
-    replica); the ranks are then in its row-major order and each gets its ``coords``.
+    replica); the ranks are then in its row-major order and each gets its ``coords``. ``terms`` lists
+    ``term()`` entries, the auxiliary loss terms, their ranks written as the main loss's are.
     """
     if not ranks:
         raise ValueError("a document needs at least one rank")
@@ -367,40 +421,26 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
         result["description"] = str(description)
     if objective is None and weights is not None:
         objective = "weighted_token_mean"
-    if objective is not None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-        result["objective"] = objective
-    if (normalizer is not None) != (objective == "constant"):
-        raise ValueError("the objective constant needs a normalizer, and only it takes one")
-    if normalizer is not None:
-        result["normalizer"] = literal(normalizer)
-    written = []
-    for r, listed in enumerate(ranks):
-        batches = [_microbatch(b, f"rank {r}, microbatch {m}") for m, b in enumerate(listed)]
-        if not batches:
-            raise ValueError(f"rank {r} has no microbatch (an empty microbatch is [], not no microbatch)")
-        rank: Dict[str, Any] = {"targets": batches[0]} if len(batches) == 1 else {"microbatches": batches}
-        if weights is not None:
-            if len(weights[r]) != len(batches):
-                raise ValueError(f"rank {r}: weights are not shaped like its tokens")
-            rows = [_weights_like(w, b, f"rank {r}, microbatch {m}")
-                    for m, (w, b) in enumerate(zip(weights[r], batches))]
-            rank["weights"] = rows[0] if len(batches) == 1 else rows
-        written.append(rank)
+    _objective_members(result, objective, normalizer)
+    sizes = [_count(d["size"], "a mesh dimension's size") for d in mesh] if mesh is not None else None
+    written = _written_ranks(ranks, weights, sizes, "")
     if mesh is not None:
-        sizes = [_count(d["size"], "a mesh dimension's size") for d in mesh]
+        assert sizes is not None
         dims = [{"name": str(d["name"]), "size": size, "role": str(d["role"])} for d, size in zip(mesh, sizes)]
         if math.prod(sizes) != len(written):
             raise ValueError(f"the mesh's sizes {sizes} multiply to {math.prod(sizes)}, not the {len(written)} ranks")
         result["mesh"] = {"dims": dims}
-        for r, rank in enumerate(written):
-            coords, rest = [], r
-            for size in reversed(sizes):
-                coords.append(rest % size)
-                rest //= size
-            rank["coords"] = coords[::-1]
     result["ranks"] = written
+    if terms is not None:
+        declared = []
+        for entry in terms:
+            listed = dict(entry)
+            if len(listed["ranks"]) != len(written):
+                raise ValueError(f"term {listed['name']} has {len(listed['ranks'])} ranks, the main loss "
+                                 f"{len(written)}")
+            listed["ranks"] = _written_ranks(listed["ranks"], None, sizes, f"term {listed['name']}, ")
+            declared.append(listed)
+        result["terms"] = declared
     if world_size is not None:
         result["world_size"] = _count(world_size, "world_size")
     if reducer is not None:
@@ -426,6 +466,31 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
     return result
 
 
+def _written_ranks(ranks: Sequence[Sequence[Any]], weights: Optional[Sequence[Sequence[Any]]],
+                   sizes: Optional[Sequence[int]], what: str) -> List[Dict[str, Any]]:
+    """Each rank's microbatches as written (``targets`` for one), its weights beside them, its mesh ``coords``."""
+    written = []
+    for r, listed in enumerate(ranks):
+        batches = [_microbatch(b, f"{what}rank {r}, microbatch {m}") for m, b in enumerate(listed)]
+        if not batches:
+            raise ValueError(f"{what}rank {r} has no microbatch (an empty microbatch is [], not no microbatch)")
+        rank: Dict[str, Any] = {"targets": batches[0]} if len(batches) == 1 else {"microbatches": batches}
+        if weights is not None:
+            if len(weights[r]) != len(batches):
+                raise ValueError(f"{what}rank {r}: weights are not shaped like its tokens")
+            rows = [_weights_like(w, b, f"{what}rank {r}, microbatch {m}")
+                    for m, (w, b) in enumerate(zip(weights[r], batches))]
+            rank["weights"] = rows[0] if len(batches) == 1 else rows
+        if sizes is not None:
+            coords, rest = [], r
+            for size in reversed(sizes):
+                coords.append(rest % size)
+                rest //= size
+            rank["coords"] = coords[::-1]
+        written.append(rank)
+    return written
+
+
 def _refuse_floats(value: Any, where: str) -> None:
     if isinstance(value, float):
         raise TypeError(f"{where} holds the float {value.hex()}: convert it with literal() (float.hex), "
@@ -446,6 +511,9 @@ def render(document: Mapping[str, Any]) -> str:
         if key == "ranks":
             ranks = ",\n".join("    " + json.dumps(rank, allow_nan=False) for rank in value)
             lines.append(f'  "ranks": [\n{ranks}\n  ]')
+        elif key == "terms":
+            terms = ",\n".join("    " + json.dumps(entry, ensure_ascii=False, allow_nan=False) for entry in value)
+            lines.append(f'  "terms": [\n{terms}\n  ]')
         else:
             lines.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False, allow_nan=False)}")
     return "{\n" + ",\n".join(lines) + "\n}\n"

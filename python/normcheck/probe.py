@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import weakref
 from fractions import Fraction
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
@@ -40,7 +41,7 @@ from . import dump
 from ._probe_install import (DEFAULT_NAME, Holder, SitesOption, default_dtype, install, keep_out_of_checkpoints,
                              own_bucket_dtype, parameter_hook_problem, register_inputs_hook, replay_parameter_hooks,
                              route)
-from ._probe_record import DividedBy, ProbeError, region_of, regions_of
+from ._probe_record import DividedBy, ProbeError, TermDeclaration, region_of, regions_of
 from ._probe_step import Components, Keys, Layout, Microbatch, StepError, layout, layout_from_inputs
 from .check import Verdict
 from .collectives import record_collectives
@@ -213,6 +214,7 @@ class Probe:
         self._ddp: Optional[Any] = None  # weakref to the DistributedDataParallel seen running the module
         self._sharded = False  # FSDP2 has replaced p by a DTensor shard (seen at a forward)
         self._keep_local = True
+        self._term_declarations: Dict[str, TermDeclaration] = {}
         self._reset()
 
     # -- construction helpers ---------------------------------------------------------------------
@@ -309,6 +311,7 @@ class Probe:
             self._declared: Optional[Layout] = None
         self._probed: Dict[int, Any] = {}
         self._microbatches: List[Microbatch] = []
+        self._terms: Dict[str, List[Microbatch]] = {}  # each auxiliary term's microbatches, aligned with the main's
         self._marked = False
         self._allocator = Components(self.slots, self.region, self.regions)
         self._local: Optional[torch.Tensor] = None  # this rank's own gradient of p, summed over its backwards
@@ -639,6 +642,34 @@ class Probe:
         """Forgets a ``sequences()`` declaration: sequences come from the model's inputs again."""
         self._declared = None
 
+    def term(self, name: str, *, weight: Number = 1, objective: Objective = "token_mean",
+             normalizer: Optional[Number] = None) -> None:
+        """Declares an auxiliary loss term: its ``weight`` in the step's loss and the ``objective`` it is judged by.
+
+        The step's loss is the main loss plus Σ weight·(term's loss); each term's per-token losses come through
+        ``add(..., term=name)``, and normcheck judges the term on its own tokens: a token of it should weigh
+        weight/N_term under the token mean. A term used without a declaration has weight 1 and the token mean.
+        The declaration lasts for every later step.
+        """
+        self._check_term_name(name)
+        self._check_objective(objective, normalizer)
+        if objective == "weighted_token_mean":
+            raise ProbeError("a term's tokens carry no weights in the probe: declare it with another objective")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, Fraction, str)):
+            raise ProbeError(f"a term's weight is an exact number (int, float, Fraction or a literal), not {weight!r}")
+        if isinstance(weight, (int, float, Fraction)) and (weight == 0 or not math.isfinite(weight)):
+            raise ProbeError(f"a term's weight is a finite number other than 0, not {weight!r}: a term of weight 0 "
+                             "adds nothing to the gradient, so there is nothing to judge")
+        self._term_declarations[name] = TermDeclaration(
+            name=name, weight=dump.literal(weight), objective=objective,
+            normalizer=None if normalizer is None else dump.literal(normalizer))
+
+    @staticmethod
+    def _check_term_name(name: Any) -> None:
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name == "main":
+            raise ProbeError(f"a term's name is an identifier of lower-case letters, digits and _ other than "
+                             f"'main' (the main loss's), not {name!r}")
+
     def divided_by(self, value: Union[int, float, Fraction, Sequence[Union[int, float, Fraction]]]) -> None:
         """Tells the probe what this rank divided its loss sum by (N, or one number per microbatch).
 
@@ -683,23 +714,41 @@ class Probe:
             return (int(target.shape[0]), int(target.shape[1])), "the rows of the labels"
         return None, "none"
 
+    def _term_batch(self, term: str) -> Microbatch:
+        """The microbatch of ``term`` that its loss call belongs to: the one of the main loss's latest microbatch."""
+        if not self._microbatches:
+            raise ProbeError(f"term {term!r}'s loss came before any main loss of the step: a term's tokens belong "
+                             "to the microbatch of the main loss before them; if the term comes first, mark each "
+                             "microbatch with probe.microbatch()")
+        listed = self._terms.setdefault(term, [])
+        while len(listed) < len(self._microbatches):
+            listed.append(Microbatch())
+        return listed[-1]
+
     def _record(self, valid: torch.Tensor, weights: Optional[torch.Tensor], target: torch.Tensor,
                 explicit: Optional[torch.Tensor], dtype: torch.dtype,
-                values: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+                values: Optional[torch.Tensor] = None, term: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor,
+                                                                                         bool]:
         """Records one loss call: (components, magnitudes, witnessed) of its probe term (see Components.record).
 
         ``values``: the call's loss, per token (shaped like ``valid``: its valid tokens are kept) or reduced,
-        compared between replicas; kept only on a replica mesh, so no other step pays for it."""
+        compared between replicas; kept only on a replica mesh, so no other step pays for it. ``term``: the
+        auxiliary term the call's tokens belong to (None: the main loss)."""
         if values is not None and self.regions < self.world_size:
             kept = values.detach()
             if kept.shape == valid.shape:
                 kept = kept[valid.to(kept.device)]
             self._replica_losses.append(kept.reshape(-1).to("cpu", torch.float64))
-        if not self._marked:
-            self._microbatches.append(Microbatch())
-        elif not self._microbatches:
-            raise ProbeError("a loss came before the first probe.microbatch() mark")
-        batch = self._microbatches[-1]
+        if term is not None:
+            if weights is not None:
+                raise ProbeError(f"term {term!r}: a term's tokens carry no weights in the probe")
+            batch = self._term_batch(term)
+        else:
+            if not self._marked:
+                self._microbatches.append(Microbatch())
+            elif not self._microbatches:
+                raise ProbeError("a loss came before the first probe.microbatch() mark")
+            batch = self._microbatches[-1]
         weighted = weights is not None
         if batch.weighted is not None and batch.weighted != weighted:
             raise ProbeError("one microbatch mixed losses with and without weights")
@@ -762,11 +811,14 @@ class Probe:
         ``positions`` (shaped like the loss, integers): on a mesh with sequence dimensions, each token's
         position in its whole sequence; a sequence is then a slice, joined by normcheck with the slices of
         the same sequence (the same row, or ID) on the other ranks of its context-parallel group.
-        ``term`` names an auxiliary loss term, which this version does not judge yet (ProbeError).
-        Normalize the result exactly as the step normalizes its loss.
+        ``term`` names the auxiliary loss term these tokens belong to (multi-token prediction, a load-balancing
+        loss): they get groups and components of their own, in the microbatch of the main loss before them, and
+        normcheck judges the term on its own tokens against its weight and objective (``term()``; weight 1 and
+        the token mean by default), with or without a mesh. Normalize the result exactly as the step normalizes
+        its loss.
         """
         if term is not None:
-            raise ProbeError(f"term={term!r}: auxiliary loss terms are not judged yet; probe the main loss alone")
+            self._check_term_name(term)
         if labels is None:
             labels = torch.zeros(per_token_loss.shape, dtype=torch.int64, device=per_token_loss.device)
             ignore_index = -1
@@ -795,9 +847,9 @@ class Probe:
             token_weights = torch.where(valid, weights.to(torch.float64), torch.zeros((), dtype=torch.float64,
                                                                                        device=weights.device))
         components, magnitudes, witnessed = self._record(valid, token_weights, labels, sequence_ids,
-                                                         per_token_loss.dtype, per_token_loss)
+                                                         per_token_loss.dtype, per_token_loss, term)
         if positions is not None:
-            batch = self._microbatches[-1]
+            batch = self._microbatches[-1] if term is None else self._terms[term][-1]
             batch.positions[len(batch.calls) - 1] = positions.detach().reshape(-1).to("cpu", torch.int64)
         probe_term = self._per_position(components, magnitudes, witnessed)
         return per_token_loss + probe_term.to(device=per_token_loss.device,

@@ -37,6 +37,19 @@ void write_report_json(json_writer& json, const file_report& report) {
             .end_object();
       json.end_array();
     }
+    // The auxiliary terms where the file declares them: each its weight, objective and count.
+    if (!report.document->terms.empty()) {
+      json.key("terms").begin_array();
+      for (const auxiliary_term& term : report.document->terms)
+        json.begin_object()
+            .member("name", json_name{term.name})
+            .member("weight", term.update.loss_weight)
+            .member("objective", objective_name(term.update.objective))
+            .member("valid_tokens", term.update.valid_tokens())
+            .member("count", objective_units(term.update, term.update.objective).total())
+            .end_object();
+      json.end_array();
+    }
     json.key("ranks").begin_array();
     for (std::size_t r = 0; r < update.ranks.size(); ++r) {
       const rank_stats& rank = update.ranks[r];

@@ -65,6 +65,14 @@ void print_text(std::ostream& out, const file_report& report) {
           << "each set of replicas once";
     out << "\n";
   }
+  for (const auxiliary_term& term : document.terms) {
+    const partition& own = term.update;
+    out << "      term " << printable(term.name) << ": weight " << shorten(to_string(own.loss_weight)) << ", "
+        << objective_name(own.objective) << ", N = " << own.valid_tokens();
+    if (own.objective != objective_kind::token_mean)
+      out << ", its count " << shorten(to_string(objective_units(own, own.objective).total()));
+    out << "\n";
+  }
   const objective_units units(update, update.objective);
   constexpr std::size_t shown_ranks = 16;
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {

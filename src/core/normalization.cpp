@@ -575,10 +575,12 @@ std::string spelled(std::string_view text, const objective_units& units) {
 
 namespace {
 
-// The reducer's factor on a local coefficient: 1/W under mean, 1 under sum; 1 for the objective's own weights.
+// The reducer's factor on a local coefficient: 1/W under mean, 1 under sum; 1 for the objective's own weights;
+// each times the loss's weight in the update's objective (1 but for an auxiliary term).
 rational reduction(const objective_units& units, const normalization& n) {
-  if (n.objective_itself || units.update().reducer == reducer_kind::sum) return rational(1);
-  rational f = rational(1) / units.world_size();
+  const rational& weight = units.update().loss_weight;
+  if (n.objective_itself || units.update().reducer == reducer_kind::sum) return weight;
+  rational f = weight / units.world_size();
   return f;
 }
 
@@ -588,7 +590,7 @@ std::optional<rational> local_coefficient(const objective_units& units, const no
                                           const group_ref& where) {
   const std::optional<rational> c = n.coefficient(units, where);
   if (!c) return std::nullopt;
-  rational coefficient = *c * units.token_factor(where);
+  rational coefficient = *c * units.token_factor(where) * units.update().loss_weight;
   return coefficient;
 }
 
@@ -707,6 +709,7 @@ std::optional<weighted_totals> totals(const objective_units& units, const normal
   }
   weighted_totals result{update_mass.value(), update_value.value()};
   rational factor = reduction(units, n);
+  if (absolute) factor = abs(factor);  // a negative loss weight: the magnitudes stay magnitudes
   if (update_unit) factor *= *update_unit;
   if (factor != 1) {
     result.mass *= factor;
@@ -726,6 +729,41 @@ rational objective_loss_sum(const objective_units& units, std::size_t rank) {
       total.add(loss_gradient_sum(group, units.update().theta) * units.token_factor({rank, m, g}));
     }
   return total.value();
+}
+
+namespace {
+
+// Whether every group of two losses (on the same ranks, microbatches aligned) holds as many valid tokens.
+bool same_group_counts(const partition& a, const partition& b) {
+  for (std::size_t r = 0; r < a.ranks.size() && r < b.ranks.size(); ++r) {
+    if (a.ranks[r].microbatches.size() != b.ranks[r].microbatches.size()) return false;
+    for (std::size_t m = 0; m < a.ranks[r].microbatches.size(); ++m) {
+      const microbatch_stats& x = a.ranks[r].microbatches[m];
+      const microbatch_stats& y = b.ranks[r].microbatches[m];
+      if (x.group_count() != y.group_count()) return false;
+      for (std::size_t g = 0; g < x.group_count(); ++g)
+        if (x.group(g).valid_tokens != y.group(g).valid_tokens) return false;
+    }
+  }
+  return a.ranks.size() == b.ranks.size();
+}
+
+}  // namespace
+
+void link_losses(partition& main, std::span<auxiliary_term> terms) {
+  std::vector<partition*> losses{&main};
+  for (auxiliary_term& term : terms) losses.push_back(&term.update);
+  std::vector<rational> counts;
+  for (const partition* loss : losses) counts.push_back(objective_units(*loss, loss->objective).total());
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    losses[i]->siblings.clear();
+    for (std::size_t j = 0; j < losses.size(); ++j) {
+      if (i == j) continue;
+      const bool same = losses[i]->objective == losses[j]->objective && counts[i] == counts[j] &&
+                        same_group_counts(*losses[i], *losses[j]);
+      losses[i]->siblings.push_back({losses[j]->loss_name, counts[j], same});
+    }
+  }
 }
 
 std::optional<rational> synchronized_gradient(const objective_units& units, const normalization& n) {

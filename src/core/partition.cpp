@@ -274,6 +274,10 @@ std::string partition::mesh_names(mesh_role role) const {
 
 std::uint64_t partition::positions() const { return add_counts(valid_tokens(), padding()); }
 
+std::string loss_spelled(const partition& update) {
+  return update.loss_name.empty() ? "the main loss" : "term " + update.loss_name;
+}
+
 rational loss_gradient_sum(const group_stats& group, const rational& theta) {
   rational sum = theta * group.mass();
   sum -= group.weighted_target_sum();

@@ -1,6 +1,7 @@
 #include "normcheck/documents/partition_reader.hpp"
 
 #include "normcheck/core/counts.hpp"
+#include "normcheck/core/normalization.hpp"
 #include "normcheck/core/utf8.hpp"
 
 #include "token_pool.hpp"
@@ -29,7 +30,7 @@ bool mentions(std::string_view text, std::string_view word) {
 }
 
 constexpr std::string_view core_keys =
-    "format, ranks, world_size, mesh, reducer, theta, objective, normalizer, description, expect, expect_error";
+    "format, ranks, world_size, mesh, reducer, theta, objective, normalizer, terms, description, expect, expect_error";
 
 std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept {
   if (name == "data") return mesh_role::data;
@@ -38,7 +39,8 @@ std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-bool mesh_name(std::string_view name) {
+// A mesh dimension's or an auxiliary term's name: [a-z][a-z0-9_]*.
+bool is_identifier(std::string_view name) {
   if (name.empty() || name.front() < 'a' || name.front() > 'z') return false;
   return std::all_of(name.begin(), name.end(),
                      [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
@@ -115,14 +117,9 @@ public:
         objective_offset_ = json_.value_offset();
         file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
       } else if (key == "normalizer") {
-        normalizer_offset_ = json_.value_offset();
-        file_.update.normalizer = json_.exact("normalizer");
-        if (file_.update.normalizer <= 0)
-          json_.fail(error_code::schema_error,
-                     "normalizer must be a positive exact number (the constant C the loss sum is divided by), found " +
-                         to_string(file_.update.normalizer),
-                     *normalizer_offset_);
-        budget_.note_kept(file_.update.normalizer, json_, *normalizer_offset_);
+        read_normalizer();
+      } else if (key == "terms") {
+        read_terms();
       } else if (key == "description") {
         file_.description = std::string(json_.text("description"));
       } else if (key == "expect") {
@@ -155,6 +152,7 @@ public:
     join_slices();
     check_weighting();
     check_objective();
+    settle_terms();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
     if (file_.update.valid_tokens() == 0)
       json_.fail(error_code::no_valid_tokens,
@@ -170,6 +168,177 @@ public:
   }
 
 private:
+  // `normalizer`: C, a positive exact number.
+  void read_normalizer() {
+    normalizer_offset_ = json_.value_offset();
+    file_.update.normalizer = json_.exact("normalizer");
+    if (file_.update.normalizer <= 0)
+      json_.fail(error_code::schema_error,
+                 "normalizer must be a positive exact number (the constant C the loss sum is divided by), found " +
+                     to_string(file_.update.normalizer),
+                 *normalizer_offset_);
+    budget_.note_kept(file_.update.normalizer, json_, *normalizer_offset_);
+  }
+
+  // What the reader keeps of one loss while the document is read: its update and where its parts stand. The
+  // main loss's lives in the members below; an auxiliary term's is swapped in, so that the term is read and
+  // checked by the same code as the main loss.
+  struct loss_state {
+    partition update;
+    std::vector<std::pair<std::size_t, std::uint64_t>> coords;
+    std::map<std::size_t, std::vector<std::uint64_t>> given_coords;
+    std::vector<sequence_slice> slices;
+    std::vector<std::uint64_t> rank_offsets;
+    std::optional<std::uint64_t> objective_offset;
+    std::optional<std::uint64_t> normalizer_offset;
+    std::optional<std::uint64_t> first_weights_offset;
+    std::optional<std::uint64_t> first_unweighted_rank;
+  };
+
+  void swap_loss(loss_state& other) {
+    std::swap(file_.update, other.update);
+    std::swap(coords_, other.coords);
+    std::swap(given_coords_, other.given_coords);
+    std::swap(slices_, other.slices);
+    std::swap(rank_offsets_, other.rank_offsets);
+    std::swap(objective_offset_, other.objective_offset);
+    std::swap(normalizer_offset_, other.normalizer_offset);
+    std::swap(first_weights_offset, other.first_weights_offset);
+    std::swap(first_unweighted_rank, other.first_unweighted_rank);
+  }
+
+  // One auxiliary term as read, and where it stands.
+  struct term_state {
+    loss_state loss;
+    std::uint64_t offset = 0;
+    std::uint64_t ranks_offset = 0;
+  };
+
+  // `terms`: an array of auxiliary terms, each {"name", "weight", "objective", "normalizer", "ranks"}.
+  void read_terms() {
+    if (json_.peek() != json_kind::array)
+      json_.fail_type("terms", "an array of auxiliary terms, {\"name\": \"mtp\", \"ranks\": [...]} each");
+    json_.begin_array();
+    while (json_.next_element()) read_term();
+  }
+
+  void read_term() {
+    const std::uint64_t offset = json_.value_offset();
+    if (json_.peek() != json_kind::object)
+      json_.fail_type("each term", "an object {\"name\": \"mtp\", \"weight\": w, \"ranks\": [...]}");
+    term_state term;
+    term.offset = offset;
+    // The pool's workers fill the main loss's ranks: a term's token arrays are read on this thread.
+    std::unique_ptr<detail::token_pool> pool = std::move(pool_);
+    swap_loss(term.loss);
+    json_.begin_object();
+    std::string_view key;
+    bool saw_name = false;
+    bool saw_ranks = false;
+    while (json_.next_member(key)) {
+      if (key == "name") {
+        const std::uint64_t name_offset = json_.value_offset();
+        file_.update.loss_name = std::string(json_.text("name"));
+        const std::string& name = file_.update.loss_name;
+        if (!is_identifier(name) || name == "main")
+          json_.fail(error_code::schema_error,
+                     "a term's name is an identifier of lower-case letters, digits and _ that starts with a letter, "
+                     "other than \"main\" (the main loss's), found \"" +
+                         printable(name) + "\"",
+                     name_offset);
+        for (const term_state& other : terms_)
+          if (other.loss.update.loss_name == name)
+            json_.fail(error_code::schema_error, "two terms are named \"" + name + "\": name each term once",
+                       name_offset);
+        saw_name = true;
+      } else if (key == "weight") {
+        const std::uint64_t weight_offset = json_.value_offset();
+        file_.update.loss_weight = json_.exact("weight");
+        if (file_.update.loss_weight == 0)
+          json_.fail(error_code::schema_error,
+                     "a term's weight is an exact number other than 0: a term of weight 0 adds nothing to the "
+                     "objective's gradient, so there is nothing to judge (leave the term out)",
+                     weight_offset);
+        budget_.note_kept(file_.update.loss_weight, json_, weight_offset);
+      } else if (key == "objective") {
+        objective_offset_ = json_.value_offset();
+        file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
+      } else if (key == "normalizer") {
+        read_normalizer();
+      } else if (key == "ranks") {
+        term.ranks_offset = json_.value_offset();
+        read_ranks();
+        saw_ranks = true;
+      } else {
+        json_.fail_unknown_key(key, "in a term (it has name, weight, objective, normalizer and ranks)");
+      }
+    }
+    swap_loss(term.loss);
+    pool_ = std::move(pool);
+    if (!saw_name)
+      json_.fail(error_code::schema_error, "a term needs \"name\": what the gate calls it (\"mtp\")", offset);
+    if (!saw_ranks)
+      json_.fail(error_code::schema_error,
+                 "a term needs \"ranks\": its own tokens on each rank of the update, shaped like the main loss's",
+                 offset);
+    terms_.push_back(std::move(term));
+  }
+
+  // Each term against the update, once the whole document is read: the main loss's ranks, mesh, reducer and θ,
+  // its microbatches aligned with the main loss's, then the same checks as the main loss's and a valid token.
+  // Every loss then learns the others' counts (`link_losses`).
+  void settle_terms() {
+    if (terms_.empty()) return;
+    const partition& main = file_.update;
+    for (term_state& term : terms_) {
+      partition& update = term.loss.update;
+      const std::string name = "term " + update.loss_name;
+      if (update.ranks.size() != main.listed_ranks())
+        json_.fail(error_code::schema_error,
+                   name + " lists " + std::to_string(update.ranks.size()) + " ranks, but the update has " +
+                       std::to_string(main.listed_ranks()) +
+                       ": a term's tokens are on the main loss's ranks, one object per rank in the same order",
+                   term.ranks_offset);
+      update.mesh = main.mesh;
+      update.reducer = main.reducer;
+      update.theta = main.theta;
+      swap_loss(term.loss);
+      check_mesh();
+      check_slices();
+      require_slice_ids();
+      collapse_replicas();
+      join_slices();
+      check_weighting();
+      check_objective();
+      swap_loss(term.loss);
+      for (std::size_t r = 0; r < update.ranks.size(); ++r) {
+        const std::size_t own = update.ranks[r].microbatches.size();
+        const std::size_t main_own = main.ranks[r].microbatches.size();
+        if (own != main_own)
+          json_.fail(error_code::schema_error,
+                     name + " gives rank " + std::to_string(main.listed_rank(r)) + " " + std::to_string(own) +
+                         " microbatches where the main loss has " + std::to_string(main_own) +
+                         ": a term's microbatches are the main loss's, in the same order ([] where it has no token "
+                         "there)",
+                     term.loss.rank_offsets[main.listed_rank(r)]);
+      }
+      const bool empty = update.valid_tokens() == 0 ||
+                         (update.objective == objective_kind::weighted_token_mean && update.mass() == 0) ||
+                         (counts_sequences(update.objective) && update.sequence_count() == 0);
+      if (empty)
+        json_.fail(error_code::no_valid_tokens,
+                   name +
+                       " holds no valid token (or no weight, or no sequence with a token): its objective is "
+                       "undefined, so there is nothing to weigh it by",
+                   term.ranks_offset);
+    }
+    for (term_state& term : terms_) {
+      std::string term_name = term.loss.update.loss_name;
+      file_.terms.push_back({std::move(term_name), std::move(term.loss.update)});
+    }
+    link_losses(file_.update, file_.terms);
+  }
+
   // `mesh`: {"dims": [{"name", "size", "role"}, ...]}, non-empty, names distinct.
   void read_mesh() {
     if (json_.peek() != json_kind::object) json_.fail_type("mesh", "an object {\"dims\": [...]}");
@@ -204,7 +373,7 @@ private:
       if (key == "name") {
         const std::uint64_t name_offset = json_.value_offset();
         dim.name = std::string(json_.text("name"));
-        if (!mesh_name(dim.name))
+        if (!is_identifier(dim.name))
           json_.fail(error_code::schema_error,
                      "a mesh dimension's name is an identifier of lower-case letters, digits and _ that starts with a "
                      "letter, found \"" + dim.name + "\"",
@@ -1051,6 +1220,7 @@ private:
   partition_file file_;
   std::optional<std::uint64_t> first_weights_offset;   // the first rank's "weights" value
   std::optional<std::uint64_t> first_unweighted_rank;  // the first rank without "weights"
+  std::vector<term_state> terms_;                      // the auxiliary terms, in file order
 };
 
 }  // namespace

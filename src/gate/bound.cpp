@@ -11,7 +11,8 @@ namespace {
 // The roundings a term meets on its own rank, before the all-reduce: the target's conversion to the dtype
 // and θ − y (2), the microbatch sum (n − 1 additions), the scale (up to two operations, as in W/(N·G))
 // and its multiplication (3), accumulation over G microbatches (G − 1 additions). Weighted tokens add the
-// weight's conversion and the product w·(θ − y) (2 more).
+// weight's conversion and the product w·(θ − y) (2 more), and so does an auxiliary term's weight other than 1
+// (its conversion to the dtype and the product with the term's loss).
 std::uint64_t local_roundings(const partition& update) {
   std::uint64_t longest_microbatch = 0;
   std::uint64_t most_microbatches = 0;
@@ -21,7 +22,8 @@ std::uint64_t local_roundings(const partition& update) {
       longest_microbatch = std::max(longest_microbatch, m.valid_tokens);
   }
   const std::uint64_t weighting = update.objective == objective_kind::weighted_token_mean ? 2 : 0;
-  return longest_microbatch + most_microbatches + 3 + weighting;
+  const std::uint64_t term_weight = update.loss_weight != 1 ? 2 : 0;
+  return longest_microbatch + most_microbatches + 3 + weighting + term_weight;
 }
 
 }  // namespace

@@ -246,4 +246,50 @@ gate_result run_gate(const partition& update, const observed_result& observed) {
   return result;
 }
 
+namespace {
+
+// How bad a verdict is: pass, inconclusive, fail.
+int severity(gate_verdict verdict) {
+  switch (verdict) {
+    case gate_verdict::pass:
+      return 0;
+    case gate_verdict::inconclusive:
+      return 1;
+    case gate_verdict::fail:
+      return 2;
+  }
+  return 2;
+}
+
+// A term's explanation among the update's: "term mtp: local_mean" (a site's read "head: objective/G").
+explanation of_term(const std::string& term, const explanation& e) {
+  const std::string prefix = "term " + term + ": ";
+  explanation named = e;
+  named.name = prefix + e.name;
+  named.computed = prefix + e.computed;
+  for (look_alike& other : named.alike) other.name = prefix + other.name;
+  return named;
+}
+
+}  // namespace
+
+gate_result run_update_gate(const partition& update, const observed_result& observed,
+                            std::span<const auxiliary_term> terms, std::span<const observed_result> term_observed) {
+  gate_result result = run_gate(update, observed);
+  if (terms.empty()) return result;
+  result.main_verdict = result.verdict;
+  for (std::size_t t = 0; t < terms.size(); ++t) {
+    term_judgement& judged = result.terms.emplace_back();
+    judged.name = terms[t].name;
+    judged.gate = run_gate(terms[t].update, term_observed[t]);
+    const gate_verdict verdict = judged.gate.verdict;
+    if (severity(verdict) > severity(result.verdict)) result.verdict = verdict;
+    if (verdict == gate_verdict::fail)
+      for (const explanation& e : judged.gate.diagnosis) result.diagnosis.push_back(of_term(judged.name, e));
+    if (verdict == gate_verdict::inconclusive)
+      for (const explanation& e : judged.gate.could_hide) result.could_hide.push_back(of_term(judged.name, e));
+  }
+  return result;
+}
+
 }  // namespace normcheck

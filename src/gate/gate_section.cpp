@@ -206,22 +206,70 @@ std::string weights_text(const group_judgement& judgement, const group_measureme
   return text.str();
 }
 
-// The gate's part of the text report, its first line unindented and the rest two spaces in: the gradient
-// against the objective's, the bound, the checks, the verdict, what explains it, the weight tables and the
-// sites. The text report prints it indented; the JSON report carries it as `gate.text`, which front ends
-// print as it is, so that every reader of a verdict reads one wording.
-std::string gate_text(const gate_result& gate, const observed_result& observed, const partition_file& document) {
-  std::ostringstream out;
-  out << "gate (" << dtype_name(gate.type)
-      << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
-      << "): " << in_words(gate.observed, gate.objective, document.update.objective) << "\n";
+// What a term's objective counts, for its heading: "9 valid tokens", "3 sequences", "mass 5/2", "C = 12".
+std::string count_text(const partition& update) {
+  const rational total = objective_units(update, update.objective).total();
+  switch (update.objective) {
+    case objective_kind::token_mean:
+      return on_screen(total) + " valid tokens";
+    case objective_kind::weighted_token_mean:
+      return "weight mass M = " + on_screen(total);
+    case objective_kind::sequence_mean:
+    case objective_kind::sequence_sum_mean:
+      return on_screen(total) + " sequences";
+    case objective_kind::constant:
+      break;
+  }
+  return "tokens, normalizer C = " + on_screen(total);
+}
+
+// A loss's bound and each of its checks, two spaces in.
+void print_bound_and_checks(std::ostream& out, const gate_result& gate) {
   out << "  bound " << (gate.bound ? on_screen(*gate.bound) + " (≈ " + approximate(*gate.bound) + ")" : "none")
       << (gate.bound_is_explicit ? ", from the file's tolerance"
                                  : ", derived with K = " + std::to_string(gate.rounding_depth) + " roundings")
       << "\n";
   for (const gate_check& check : gate.checks)
     out << "  " << padded(check.name, 18) << (check.passed ? "ok    " : "FAIL  ") << shorten(check.detail, 400) << "\n";
-  out << "  verdict: " << verdict_name(gate.verdict) << "\n";
+}
+
+// An auxiliary term's part of the gate's text, its first line unindented: its weight and count, its gradient
+// against its objective's, the bound, the checks, the verdict and its weight table (its explanations are the
+// update's, named "term mtp: …").
+std::string term_text(const term_judgement& judged, const observed_result& observed, const partition& update) {
+  const gate_result& term = judged.gate;
+  std::ostringstream out;
+  out << "term " << judged.name << " (weight " << on_screen(update.loss_weight) << ", "
+      << objective_name(update.objective) << " over its own " << count_text(update)
+      << "): " << in_words(term.observed, term.objective, update.objective) << "\n";
+  print_bound_and_checks(out, term);
+  out << "  verdict: " << verdict_name(term.verdict) << "\n";
+  if (term.ratio)
+    out << "  unexplained: observed / objective = " << on_screen(*term.ratio) << " (≈ " << approximate(*term.ratio)
+        << "), no known mistake fits\n";
+  if (term.groups) print_weights(out, *term.groups, *observed.groups, update, "  ");
+  return out.str();
+}
+
+// The gate's part of the text report, its first line unindented and the rest two spaces in: the gradient
+// against the objective's, the bound, the checks, the verdict, what explains it, the weight tables and the
+// sites. The text report prints it indented; the JSON report carries it as `gate.text`, which front ends
+// print as it is, so that every reader of a verdict reads one wording.
+std::string gate_text(const gate_result& gate, const observed_result& observed,
+                      std::span<const observed_result> term_observed, const partition_file& document) {
+  std::ostringstream out;
+  out << "gate (" << dtype_name(gate.type)
+      << (gate.reduction_type ? ", reduced in " + std::string(dtype_name(*gate.reduction_type)) : std::string())
+      << "): " << in_words(gate.observed, gate.objective, document.update.objective) << "\n";
+  print_bound_and_checks(out, gate);
+  out << "  verdict: " << verdict_name(gate.verdict);
+  if (gate.main_verdict) {  // with terms: the update's verdict, and each loss's
+    out << " (the main loss: " << verdict_name(*gate.main_verdict);
+    for (const term_judgement& term : gate.terms)
+      out << "; term " << term.name << ": " << verdict_name(term.gate.verdict);
+    out << ")";
+  }
+  out << "\n";
   if (gate.verdict == gate_verdict::inconclusive && !gate.could_hide.empty())
     out << "  not a failure, and not a pass: what could hide below fits this update as well as the objective; "
            "counts that tell them apart (normcheck suggest) decide it\n";
@@ -245,6 +293,11 @@ std::string gate_text(const gate_result& gate, const observed_result& observed, 
     print_explanations(out, "    ", "diagnosis:", site.judgement.diagnosis);
     print_weights(out, site.judgement, observed.sites[k], document.update, "    ");
   }
+  // Each term on its own: its comparison, checks and weight table (its explanations are named above).
+  for (std::size_t t = 0; t < gate.terms.size(); ++t) {
+    std::istringstream lines(term_text(gate.terms[t], term_observed[t], document.terms[t].update));
+    for (std::string line; std::getline(lines, line);) out << "  " << line << "\n";
+  }
   return out.str();
 }
 
@@ -265,7 +318,8 @@ private:
   std::string text_;
 };
 
-// The weight table in JSON: every row the judgement keeps.
+// The weight table in JSON: every row the judgement keeps; the rows of an auxiliary term's table name the term
+// (`update.loss_name`).
 void write_weights(json_writer& json, const group_judgement& judgement, const group_measurement& measurement,
                    const partition& update) {
   json.begin_object()
@@ -279,8 +333,9 @@ void write_weights(json_writer& json, const group_judgement& judgement, const gr
   column_decimals ratio_decimal;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const weight_row& row = rows[i];
-    json.begin_object()
-        .member("group", static_cast<std::uint64_t>(i))
+    json.begin_object();
+    if (!update.loss_name.empty()) json.member("term", update.loss_name);
+    json.member("group", static_cast<std::uint64_t>(i))
         .member("rank", update.listed_rank(row.where.rank))
         .member("microbatch", static_cast<std::uint64_t>(row.where.microbatch));
     if (!update.mesh.empty()) {
@@ -322,52 +377,106 @@ void gate_section::read(std::string_view key, field_reader& in) {
   else read_expectation(in);
 }
 
+// What a measurement holds wherever it stands (the main loss's `observed`, or an entry of `observed.terms`): the
+// gradient or each rank's copy of it, numbers or vectors, and the witness beside vectors. `where` names its
+// object in messages ("observed", "observed.terms[0]").
+struct measurement_reading {
+  observed_result observed;
+  bool saw_gradient = false;
+  std::optional<group_measurement> groups;
+  std::optional<std::vector<observed_vector>> witness;
+  std::optional<std::uint64_t> witness_offset;
+};
+
+namespace {
+
+// Reads `key` into `reading` when it is gradient, per_rank or witness; false for any other key.
+bool read_measured(std::string_view key, field_reader& in, measurement_reading& reading, const std::string& where) {
+  observed_result& observed = reading.observed;
+  if (key == "gradient") {
+    reading.saw_gradient = true;
+    if (in.peek() == json_kind::array) {
+      reading.groups.emplace().per_rank.push_back(read_observed_vector(in, where + ".gradient"));
+    } else {
+      observed.per_rank.push_back(read_observed_value(in, where + ".gradient"));
+    }
+  } else if (key == "per_rank") {
+    observed.from_per_rank = true;
+    const std::uint64_t list_offset = in.value_offset();
+    if (in.peek() != json_kind::array)
+      in.fail_type(where + ".per_rank", "an array with one value per rank (or one vector per rank)");
+    field_reader look = in.at(list_offset);
+    look.begin_array();
+    if (look.next_element() && look.peek() == json_kind::array) {
+      reading.groups.emplace().per_rank = read_observed_vectors(in, where + ".per_rank");
+      reading.groups->from_per_rank = true;
+      return true;
+    }
+    in.begin_array();
+    while (in.next_element()) {
+      if (in.peek() == json_kind::array)
+        in.fail(error_code::schema_error,
+                where +
+                    ".per_rank mixes numbers and vectors: give every rank a number, or every rank a vector "
+                    "with one value per group",
+                in.value_offset());
+      observed.per_rank.push_back(read_observed_value(in, "each per_rank value"));
+    }
+    if (observed.per_rank.empty())
+      in.fail(error_code::schema_error, where + ".per_rank must list every rank's value", list_offset);
+  } else if (key == "witness") {
+    reading.witness_offset = in.value_offset();
+    reading.witness = read_observed_vectors(in, where + ".witness");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Exactly one of gradient and per_rank.
+void require_one_source(field_reader& in, const measurement_reading& reading, std::uint64_t offset,
+                        const std::string& where) {
+  if (reading.saw_gradient == reading.observed.from_per_rank)
+    in.fail(error_code::schema_error,
+            reading.saw_gradient ? where + " has both gradient and per_rank: give exactly one"
+                                 : where + " needs gradient (the synchronized value) or per_rank (each rank's copy)",
+            offset);
+}
+
+// Exactly one of gradient and per_rank; the witness beside vectors; each rank's scalar value the sum of its vector.
+void finish_measured(field_reader& in, measurement_reading& reading, std::uint64_t offset, const std::string& where) {
+  observed_result& observed = reading.observed;
+  require_one_source(in, reading, offset, where);
+  if (reading.witness && !reading.groups)
+    in.fail(error_code::schema_error,
+            where +
+                ".witness goes with a per-group measurement: give per_rank (or gradient) as vectors, one value "
+                "per group",
+            *reading.witness_offset);
+  if (reading.groups) {
+    if (reading.witness) reading.groups->witness = std::move(*reading.witness);
+    for (const observed_vector& components : reading.groups->per_rank) observed.per_rank.push_back(summed(components));
+    observed.groups = std::move(reading.groups);
+  }
+}
+
+}  // namespace
+
 void gate_section::read_observed(field_reader& in) {
   if (in.peek() != json_kind::object) in.fail_type("observed", "an object with gradient or per_rank, and dtype");
   observed_offset_ = in.value_offset();
   in.begin_object();
-  observed_result observed;
-  bool saw_gradient = false;
+  measurement_reading reading;
+  observed_result& observed = reading.observed;
   bool saw_dtype = false;
-  std::optional<group_measurement> groups;
-  std::optional<std::vector<observed_vector>> witness;
   std::string_view key;
   while (in.next_member(key)) {
-    if (key == "gradient") {
-      saw_gradient = true;
-      if (in.peek() == json_kind::array) {
-        groups.emplace().per_rank.push_back(read_observed_vector(in, "observed.gradient"));
-      } else {
-        observed.per_rank.push_back(read_observed_value(in, "observed.gradient"));
-      }
-    } else if (key == "per_rank") {
-      observed.from_per_rank = true;
-      const std::uint64_t list_offset = in.value_offset();
-      if (in.peek() != json_kind::array)
-        in.fail_type("observed.per_rank", "an array with one value per rank (or one vector per rank)");
-      field_reader look = in.at(list_offset);
-      look.begin_array();
-      if (look.next_element() && look.peek() == json_kind::array) {
-        groups.emplace().per_rank = read_observed_vectors(in, "observed.per_rank");
-        groups->from_per_rank = true;
-        continue;
-      }
-      in.begin_array();
-      while (in.next_element()) {
-        if (in.peek() == json_kind::array)
-          in.fail(error_code::schema_error,
-                  "observed.per_rank mixes numbers and vectors: give every rank a number, or every rank a vector "
-                  "with one value per group",
-                  in.value_offset());
-        observed.per_rank.push_back(read_observed_value(in, "each per_rank value"));
-      }
-      if (observed.per_rank.empty())
-        in.fail(error_code::schema_error, "observed.per_rank must list every rank's value", list_offset);
-    } else if (key == "witness") {
-      witness_offset_ = in.value_offset();
-      witness = read_observed_vectors(in, "observed.witness");
+    if (read_measured(key, in, reading, "observed")) {
+      if (key == "witness") witness_offset_ = reading.witness_offset;
     } else if (key == "sites") {
       read_sites(in, observed);
+    } else if (key == "terms") {
+      read_term_observations(in);
     } else if (key == "dtype") {
       observed.type = in.named("dtype", dtype_from_name, dtype_alternatives());
       saw_dtype = true;
@@ -380,29 +489,56 @@ void gate_section::read_observed(field_reader& in) {
     } else if (key == "tolerance") {
       read_tolerance(in, observed);
     } else {
-      in.fail_unknown_key(key, "in observed (it has gradient or per_rank, dtype, reduction_dtype, tokens, mass, "
-                               "tolerance, and witness and sites beside vectors)");
+      in.fail_unknown_key(key,
+                          "in observed (it has gradient or per_rank, dtype, reduction_dtype, tokens, mass, "
+                          "tolerance, witness and sites beside vectors, and terms)");
     }
   }
-  if (saw_gradient == observed.from_per_rank)
-    in.fail(error_code::schema_error,
-            saw_gradient ? "observed has both gradient and per_rank: give exactly one"
-                         : "observed needs gradient (the synchronized value) or per_rank (each rank's copy)",
-            observed_offset_);
+  require_one_source(in, reading, observed_offset_, "observed");
   if (!saw_dtype)
     in.fail(error_code::schema_error,
             "observed needs dtype (" + dtype_alternatives() + "): the error bound depends on it", observed_offset_);
-  if ((witness || !observed.sites.empty()) && !groups)
+  if ((reading.witness || !observed.sites.empty()) && !reading.groups)
     in.fail(error_code::schema_error,
-            std::string(witness ? "observed.witness" : "observed.sites") +
+            std::string(reading.witness ? "observed.witness" : "observed.sites") +
                 " goes with a per-group measurement: give per_rank (or gradient) as vectors, one value per group",
-            witness ? *witness_offset_ : observed_offset_);
-  if (groups) {
-    if (witness) groups->witness = std::move(*witness);
-    for (const observed_vector& components : groups->per_rank) observed.per_rank.push_back(summed(components));
-    observed.groups = std::move(groups);
+            reading.witness ? *witness_offset_ : observed_offset_);
+  finish_measured(in, reading, observed_offset_, "observed");
+  // A term's measurement shares the main loss's arithmetic and tolerance.
+  for (term_observation& term : term_observed_) {
+    term.observed.type = observed.type;
+    term.observed.reduction_type = observed.reduction_type;
+    term.observed.explicit_tolerance = observed.explicit_tolerance;
   }
   observed_ = std::move(observed);
+}
+
+void gate_section::read_term_observations(field_reader& in) {
+  if (in.peek() != json_kind::array)
+    in.fail_type("observed.terms", "an array with one measurement per term, {\"name\", \"per_rank\"} each");
+  in.begin_array();
+  while (in.next_element()) {
+    const std::uint64_t offset = in.value_offset();
+    const std::string where = "observed.terms[" + std::to_string(term_observed_.size()) + "]";
+    if (in.peek() != json_kind::object)
+      in.fail_type(where, "an object with name, and gradient or per_rank (numbers or vectors), and witness");
+    in.begin_object();
+    measurement_reading reading;
+    std::optional<std::string> name;
+    std::string_view key;
+    while (in.next_member(key)) {
+      if (key == "name")
+        name = std::string(in.text("a term's name"));
+      else if (!read_measured(key, in, reading, where))
+        in.fail_unknown_key(key, "in " + where + " (it has name, gradient or per_rank, and witness beside vectors)");
+    }
+    if (!name) in.fail(error_code::schema_error, where + " needs name: the term it measures", offset);
+    for (const term_observation& other : term_observed_)
+      if (other.name == *name)
+        in.fail(error_code::schema_error, "observed.terms measures term \"" + printable(*name) + "\" twice", offset);
+    finish_measured(in, reading, offset, where);
+    term_observed_.push_back({std::move(*name), std::move(reading.observed), offset, reading.witness_offset});
+  }
 }
 
 void gate_section::read_sites(field_reader& in, observed_result& observed) {
@@ -558,6 +694,7 @@ void gate_section::settle(const partition_file& document, field_reader& in) {
   };
   if (observed.from_per_rank) one_per_rank(observed.per_rank.size(), "observed.per_rank", "values");
   if (observed.groups) settle_groups(document, in);
+  settle_terms(document, in);
   one_per_rank(observed.rank_masses.size(), "observed.mass.per_rank", "masses");
   if ((observed.global_mass || !observed.rank_masses.empty()) &&
       document.update.objective != objective_kind::weighted_token_mean)
@@ -605,45 +742,91 @@ void gate_section::fold_replicas(const partition& update, field_reader& in) {
   fold(observed.divided_by, "observed.tokens.divided_by", divided_by_offset_);
 }
 
-// A per-group measurement: one vector per rank (or one for all), each with one value per group of the
-// update; the witness shaped alike and only for unweighted tokens; every site alike.
-void gate_section::settle_groups(const partition_file& document, field_reader& in) const {
-  const observed_result& observed = *observed_;
-  const std::uint64_t groups = document.update.group_count();
-  const std::uint64_t ranks = document.update.listed_ranks();
+namespace {
+
+// A per-group measurement of `update` (the main loss's, a site's, a term's, named `name`, whose groups are
+// `whose`'s): one vector per rank (or one for all), each with one value per group; the witness shaped alike and
+// only for unweighted tokens.
+void settle_measurement(const partition& update, const group_measurement& m, const std::string& name,
+                        std::string_view whose, std::uint64_t offset, std::uint64_t witness_offset, field_reader& in) {
+  const std::uint64_t groups = update.group_count();
+  const std::uint64_t ranks = update.listed_ranks();
   auto shaped = [&](const std::vector<observed_vector>& vectors, bool per_rank, const std::string& what,
-                    std::uint64_t offset) {
+                    std::uint64_t at) {
     if (per_rank && vectors.size() != ranks)
       in.fail(error_code::schema_error,
               what + " has " + std::to_string(vectors.size()) + " vectors for " + std::to_string(ranks) +
                   " ranks: give one per rank",
-              offset);
+              at);
     for (std::size_t r = 0; r < vectors.size(); ++r)
       if (vectors[r].size() != groups)
         in.fail(error_code::schema_error,
                 what + (per_rank ? " of rank " + std::to_string(r) : std::string()) + " has " +
-                    std::to_string(vectors[r].size()) + " values, but the update has " + std::to_string(groups) +
+                    std::to_string(vectors[r].size()) + " values, but " + std::string(whose) + " has " +
+                    std::to_string(groups) +
                     " groups (its sequences, or its microbatches where they declare none): give one value per group",
-                offset);
+                at);
   };
-  auto settle = [&](const group_measurement& m, const std::string& name, std::uint64_t offset) {
-    shaped(m.per_rank, m.from_per_rank, name, offset);
-    if (m.witness.empty()) return;
-    if (document.update.objective == objective_kind::weighted_token_mean)
-      in.fail(error_code::schema_error,
-              "the witness is defined for unweighted tokens (the j-th valid token's value is j); a weighted step "
-              "gives per_rank alone",
-              witness_offset_.value_or(offset));
-    if (m.witness.size() != m.per_rank.size())
-      in.fail(error_code::schema_error,
-              name + "'s witness has " + std::to_string(m.witness.size()) + " vectors beside " +
-                  std::to_string(m.per_rank.size()) + " in per_rank: shape it like per_rank",
-              witness_offset_.value_or(offset));
-    shaped(m.witness, m.from_per_rank, name + "'s witness", witness_offset_.value_or(offset));
-  };
-  settle(*observed.groups, "observed.per_rank", observed_offset_);
+  shaped(m.per_rank, m.from_per_rank, name, offset);
+  if (m.witness.empty()) return;
+  if (update.objective == objective_kind::weighted_token_mean)
+    in.fail(error_code::schema_error,
+            "the witness is defined for unweighted tokens (the j-th valid token's value is j); a weighted step "
+            "gives per_rank alone",
+            witness_offset);
+  if (m.witness.size() != m.per_rank.size())
+    in.fail(error_code::schema_error,
+            name + "'s witness has " + std::to_string(m.witness.size()) + " vectors beside " +
+                std::to_string(m.per_rank.size()) + " in per_rank: shape it like per_rank",
+            witness_offset);
+  shaped(m.witness, m.from_per_rank, name + "'s witness", witness_offset);
+}
+
+}  // namespace
+
+// The main loss's per-group measurement and every site's.
+void gate_section::settle_groups(const partition_file& document, field_reader& in) const {
+  const observed_result& observed = *observed_;
+  settle_measurement(document.update, *observed.groups, "observed.per_rank", "the update", observed_offset_,
+                     witness_offset_.value_or(observed_offset_), in);
   for (const group_measurement& site : observed.sites)
-    settle(site, "site \"" + printable(site.site) + "\"", sites_offset_);
+    settle_measurement(document.update, site, "site \"" + printable(site.site) + "\"", "the update", sites_offset_,
+                       witness_offset_.value_or(sites_offset_), in);
+}
+
+void gate_section::settle_terms(const partition_file& document, field_reader& in) {
+  for (const term_observation& term : term_observed_)
+    if (std::none_of(document.terms.begin(), document.terms.end(),
+                     [&](const auxiliary_term& declared) { return declared.name == term.name; }))
+      in.fail(error_code::schema_error,
+              "observed.terms measures term \"" + printable(term.name) +
+                  "\", which the document does not declare (its \"terms\" name the auxiliary terms)",
+              term.offset);
+  std::vector<term_observation> ordered;
+  for (const auxiliary_term& declared : document.terms) {
+    const auto found = std::find_if(term_observed_.begin(), term_observed_.end(),
+                                    [&](const term_observation& term) { return term.name == declared.name; });
+    if (found == term_observed_.end())
+      in.fail(error_code::schema_error,
+              "observed has no measurement of term " + declared.name +
+                  " (observed.terms): the gate judges every loss of the update, and passes only when each passes",
+              observed_offset_);
+    ordered.push_back(std::move(*found));
+  }
+  term_observed_ = std::move(ordered);
+  for (std::size_t t = 0; t < term_observed_.size(); ++t) {
+    const term_observation& term = term_observed_[t];
+    const partition& update = document.terms[t].update;
+    const std::string where = "the measurement of term " + term.name;
+    if (term.observed.from_per_rank && !term.observed.groups && term.observed.per_rank.size() != update.listed_ranks())
+      in.fail(error_code::schema_error,
+              where + " has " + std::to_string(term.observed.per_rank.size()) + " values for " +
+                  std::to_string(update.listed_ranks()) + " ranks: give one per rank",
+              term.offset);
+    if (term.observed.groups)
+      settle_measurement(update, *term.observed.groups, where, "term " + term.name, term.offset,
+                         term.witness_offset.value_or(term.offset), in);
+  }
 }
 
 void gate_section::judge(const partition_file& document, const gradient_set&, std::vector<std::string>& failures) {
@@ -651,7 +834,10 @@ void gate_section::judge(const partition_file& document, const gradient_set&, st
     if (expectation_) failures.push_back("expect_gate is given but the file has no observed result to judge");
     return;
   }
-  const gate_result& gate = result_.emplace(run_gate(document.update, *observed_));
+  term_measured_.clear();
+  for (const term_observation& term : term_observed_) term_measured_.push_back(term.observed);
+  const gate_result& gate =
+      result_.emplace(run_update_gate(document.update, *observed_, document.terms, term_measured_));
   if (!expectation_) {
     if (gate.verdict != gate_verdict::pass) failures.push_back("gate: " + std::string(verdict_name(gate.verdict)));
     return;
@@ -669,18 +855,19 @@ void gate_section::judge(const partition_file& document, const gradient_set&, st
 
 void gate_section::print_text(std::ostream& out, const partition_file& document, const gradient_set&) const {
   if (!result_) return;
-  std::istringstream lines(gate_text(*result_, *observed_, document));
+  std::istringstream lines(gate_text(*result_, *observed_, term_measured_, document));
   for (std::string line; std::getline(lines, line);) out << "      " << line << "\n";
   if (expectation_ && judged_expectation_held_)
     out << "      expect_gate " << verdict_name(expectation_->verdict) << ": holds\n";
 }
 
-void gate_section::write_json(json_writer& json, const partition_file& document, const gradient_set&) const {
-  if (!result_) return;
-  const gate_result& gate = *result_;
-  json.key("gate")
-      .begin_object()
-      .member("verdict", verdict_name(gate.verdict))
+namespace {
+
+// The members of one loss's judgement: the verdict, the comparison with its objective, the checks, the
+// explanations and the weight table.
+void write_loss_gate(json_writer& json, const gate_result& gate, const observed_result& observed,
+                     const partition& update, const std::string& text) {
+  json.member("verdict", verdict_name(gate.verdict))
       .member("dtype", dtype_name(gate.type))
       .member("reduction_dtype", dtype_name(gate.reduction_type.value_or(gate.type)))
       .member("observed", to_string(gate.observed))
@@ -688,8 +875,8 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       .member("bound", gate.bound)
       .member("bound_is_explicit", gate.bound_is_explicit)
       .member("rounding_depth", gate.rounding_depth)
-      .member("in_words", in_words(gate.observed, gate.objective, document.update.objective))
-      .member("text", gate_text(gate, *observed_, document))
+      .member("in_words", in_words(gate.observed, gate.objective, update.objective))
+      .member("text", text)
       .key("checks")
       .begin_array();
   for (const gate_check& check : gate.checks)
@@ -705,8 +892,17 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
   json.member("ratio", gate.ratio);
   if (gate.groups) {
     json.key("weights");
-    write_weights(json, *gate.groups, *observed_->groups, document.update);
+    write_weights(json, *gate.groups, *observed.groups, update);
   }
+}
+
+}  // namespace
+
+void gate_section::write_json(json_writer& json, const partition_file& document, const gradient_set&) const {
+  if (!result_) return;
+  const gate_result& gate = *result_;
+  json.key("gate").begin_object();
+  write_loss_gate(json, gate, *observed_, document.update, gate_text(gate, *observed_, term_measured_, document));
   if (!gate.sites.empty()) {
     json.key("sites").begin_array();
     for (std::size_t k = 0; k < gate.sites.size(); ++k) {
@@ -722,6 +918,16 @@ void gate_section::write_json(json_writer& json, const partition_file& document,
       write_explanations(json, site.judgement.could_hide);
       json.key("weights");
       write_weights(json, site.judgement, observed_->sites[k], document.update);
+      json.end_object();
+    }
+    json.end_array();
+  }
+  if (gate.main_verdict) {  // with auxiliary terms: the main loss's own verdict, and each term's judgement
+    json.member("main_verdict", verdict_name(*gate.main_verdict)).key("terms").begin_array();
+    for (std::size_t t = 0; t < gate.terms.size(); ++t) {
+      json.begin_object().member("name", gate.terms[t].name);
+      write_loss_gate(json, gate.terms[t].gate, term_measured_[t], document.terms[t].update,
+                      term_text(gate.terms[t], term_measured_[t], document.terms[t].update));
       json.end_object();
     }
     json.end_array();

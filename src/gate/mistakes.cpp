@@ -2,6 +2,7 @@
 
 #include "normcheck/core/normalization.hpp"
 #include "normcheck/gate/bound.hpp"
+#include "normcheck/io/text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -136,6 +137,27 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
                          std::move(words.why_wrong)});
     }
   }
+  // Another loss's count in place of this loss's own: a term's positions, where they make the main loss's count (a
+  // multi-token-prediction term padded where the main loss has the labels it drops), are that count in other words.
+  const rational own = objective_units(update, update.objective).total();
+  for (const sibling_loss& other : update.siblings) {
+    if (other.same_count || other.total == 0) continue;
+    rational factor = own / other.total;
+    if (other.name.empty())
+      std::erase_if(factors, [&](const factor_mistake& f) { return f.name == "count_padding" && f.factor == factor; });
+    const std::string name = sibling_count_name(other);
+    mistake_words words = table_mistake_words(name, update);
+    factors.push_back({name, std::move(factor), std::move(words.computed), std::move(words.why_wrong)});
+  }
+  // A term's weight left out, or applied twice.
+  if (update.loss_weight != 1)
+    for (const bool divided : {true, false}) {
+      const std::string label = divided ? "/weight" : "×weight";
+      mistake_words words = factor_words(label, update);
+      rational factor = divided ? 1 / update.loss_weight : update.loss_weight;
+      factors.push_back({"objective" + label, std::move(factor), "the objective's gradient " + words.computed,
+                         std::move(words.why_wrong)});
+    }
   std::erase_if(factors, [](const factor_mistake& f) { return f.factor == 1; });
   return factors;
 }
@@ -213,7 +235,7 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
   for (factor_mistake& f : factor_mistakes(update)) {
     rational value = objective * f.factor;
     std::optional<rational> scaled_bound;
-    if (bound) scaled_bound = *bound * f.factor;
+    if (bound) scaled_bound = *bound * abs(f.factor);
     candidates.push_back(
         {std::move(f.name), value, scaled_bound, std::move(f.computed), std::move(f.why_wrong), instead, {}});
   }
@@ -223,6 +245,11 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
 
 std::string correct_instead(const partition& update) {
   std::string instead = instead_text(update.reducer, update.objective);
+  if (!update.loss_name.empty()) {
+    instead = "for term " + update.loss_name + ", " + instead + "; Sᵣ and its count are the term's own";
+    if (update.loss_weight != 1)
+      instead += ", and the term enters the update's loss times its weight " + to_string(update.loss_weight);
+  }
   if (update.mesh_extent(mesh_role::replica) > 1)
     instead += mesh_spelled("; on this mesh W = " + std::to_string(update.world_size()) +
                                 " counts the ranks of {mesh}, and N each token once, not once per {replica} replica",
@@ -346,6 +373,22 @@ std::string with_declared(std::string_view text, objective_kind declared) {
   return out;
 }
 
+// Another loss's count divided by in place of this loss's own.
+mistake_words sibling_count_words(const partition& update, const sibling_loss& other) {
+  const objective_units units(update, update.objective);
+  const std::string loss = loss_spelled(update);
+  const std::string others = other.name.empty() ? "the main loss" : "term " + other.name;
+  const rational ratio = units.total() / other.total;
+  const std::string whose = update.loss_name.empty() ? "the main loss's sum" : "the term's loss sum";
+  return {whose + " was divided by " + others + "'s count, " + on_screen(other.total) + ", instead of its own, " +
+              std::string(units.symbol(0)) + " = " + on_screen(units.total()),
+          "each loss of the update is normalized by its own tokens: " + loss + "'s tokens then weigh " +
+              on_screen(ratio) + " times what the objective gives them, and its share of the gradient follows " +
+              others + "'s count (a multi-token-prediction mask drops labels at the end of each sequence, a " +
+              "count shared between losses can be overwritten by another's); count " + loss +
+              "'s own tokens over the whole update and divide by that"};
+}
+
 }  // namespace
 
 diagnosis_names gate_names() {
@@ -355,10 +398,16 @@ diagnosis_names gate_names() {
       if (!n.objective_itself) names.normalizations.push_back(n.name);
   for (const named_words& entry : other_table) names.others.push_back(entry.name);
   names.others.push_back(mean_of_empty_name);
+  names.others.push_back("main_count");  // and "count_of(mtp)": another loss's count (sibling_count_name)
   for (const named_words& entry : factor_table) names.factors.emplace_back(entry.name);
+  for (const std::string_view label : {"/weight", "×weight"}) names.factors.emplace_back(label);
   for (const std::string_view symbol : denominator_symbols)
     for (const std::string_view how : {"×", "/"}) names.factors.push_back(std::string(how) + std::string(symbol));
   return names;
+}
+
+std::string sibling_count_name(const sibling_loss& other) {
+  return other.name.empty() ? "main_count" : "count_of(" + other.name + ")";
 }
 
 std::string mesh_factor_name(const partition& update, mesh_role role) {
@@ -373,6 +422,17 @@ std::string mesh_factor_name(const partition& update, mesh_role role) {
 mistake_words factor_words(std::string_view label, const partition& update) {
   if (const named_words* known = lookup(factor_table, label))
     return {std::string(known->computed), std::string(known->why_wrong)};
+  if (label == "/weight" || label == "×weight") {
+    const std::string weight = to_string(update.loss_weight);
+    const std::string loss = loss_spelled(update);
+    if (label == "/weight")
+      return {"divided by " + loss + "'s weight " + weight,
+              loss + "'s loss was not multiplied by its declared weight " + weight +
+                  " (or the weight was divided out once more): its tokens then weigh 1/(" + weight +
+                  ") times what the objective gives them"};
+    return {"multiplied by " + loss + "'s weight " + weight + " once more",
+            "the weight " + weight + " was applied twice (in the loss and again in a scale or a hook)"};
+  }
   for (const mesh_factor_words& known : mesh_factor_table) {
     const std::string name = mesh_factor_name(update, known.role);
     if (!name.empty() && label == (known.divided ? "/" : "×") + name)
@@ -388,13 +448,24 @@ mistake_words factor_words(std::string_view label, const partition& update) {
 mistake_words table_mistake_words(std::string_view name, const partition& update) {
   const reducer_kind reducer = update.reducer;
   const objective_kind objective = update.objective;
+  for (const sibling_loss& other : update.siblings)
+    if (name == sibling_count_name(other)) return sibling_count_words(update, other);
   if (const std::optional<strategy> s = strategy_from_name(name)) {
     mistake_text text = describe_strategy(*s, reducer, objective);
     in_mesh_terms(name, update, text.computed);
     return {text.computed, text.why_wrong};
   }
-  if (const normalization* n = find_normalization(name))
-    return {mesh_spelled(n->computed, update), mesh_spelled(why_wrong(*n, reducer), update)};
+  if (const normalization* n = find_normalization(name)) {
+    mistake_words words{mesh_spelled(n->computed, update), mesh_spelled(why_wrong(*n, reducer), update)};
+    // An auxiliary loss computed beside the main one often misses the compensation the main loss has: the same
+    // weights (Megatron-LM #3674, verl #6609).
+    if (!update.loss_name.empty() && name == "count_before_sequence_sharding")
+      words.computed += mesh_spelled("; or, the same weights, the term's loss was left without the compensation "
+                                     "for {sequence} (not multiplied by {CP}), so the reducer's mean over "
+                                     "{sequence} divided it",
+                                     update);
+    return words;
+  }
   if (const named_words* known = lookup(other_table, name))
     return {std::string(known->computed), with_declared(known->why_wrong, objective)};
   if (name.starts_with("objective") && name.size() > std::string_view("objective").size()) {

@@ -96,6 +96,13 @@ std::vector<nearby_update> nearby_updates(const partition& update) {
                    "partition that has them)",
                    std::move(more)});
   }
+  if (update.loss_weight != 1) {
+    // An auxiliary term's weight twice as large: a weight left out is told from a factor of the same size.
+    partition more = update;
+    more.loss_weight *= 2;
+    out.push_back({"another weight of " + loss_spelled(update) + " (here " + to_string(update.loss_weight) + ")",
+                   std::move(more)});
+  }
   return out;
 }
 

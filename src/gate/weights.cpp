@@ -300,6 +300,8 @@ struct factor_form {
   rational constant{1};
   int s = 0;
   int t = 0;  // TP^t, TP the replica dimensions' size
+  int k = 0;  // weight^k, the loss's weight in the update's objective (an auxiliary term's)
+  std::optional<std::size_t> sibling{};  // × this loss's count / the count of the sibling loss it indexes
 };
 
 // A weight table a candidate computation would produce, with its name and words, and how to produce it on
@@ -413,6 +415,14 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
     if (form.t > 0) value *= tp;
     else value /= tp;
   }
+  for (int i = 0; i < std::abs(form.k); ++i) {
+    if (form.k > 0) value *= update.loss_weight;
+    else value /= update.loss_weight;
+  }
+  if (form.sibling) {
+    if (*form.sibling >= update.siblings.size() || update.siblings[*form.sibling].total == 0) return std::nullopt;
+    value *= objective_units(update, update.objective).total() / update.siblings[*form.sibling].total;
+  }
   if (form.g != 0) {
     const std::uint64_t g = update.common_accumulation();
     if (g == 0) return std::nullopt;
@@ -435,6 +445,7 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     std::string text;
     int s = 0;
     int t = 0;
+    int k = 0;
   };
   std::vector<symbolic> forms;
   if (update.world_size() > 1) forms.push_back({1, 0, "×W"}), forms.push_back({-1, 0, "/W"});
@@ -462,9 +473,13 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     forms.push_back({0, 0, "×(" + cp + "·" + tp + ")", 1, 1});
     forms.push_back({0, 0, "/(" + cp + "·" + tp + ")", -1, -1});
   }
+  if (update.loss_weight != 1) {  // an auxiliary term's weight left out, or applied twice
+    forms.push_back({0, 0, "/weight", 0, 0, -1});
+    forms.push_back({0, 0, "×weight", 0, 0, 1});
+  }
   std::vector<factor_label> labels;
   for (const symbolic& s : forms) {
-    const factor_form form{s.w, s.g, rational(1), s.s, s.t};
+    const factor_form form{s.w, s.g, rational(1), s.s, s.t, s.k};
     if (value_on(form, update) == factor) labels.push_back({s.text, std::nullopt, form, true});
   }
   if (!labels.empty()) return labels;
@@ -489,9 +504,9 @@ std::string foreign_name(const normalization& n, objective_kind written_for, red
   return std::string(n.name) + "(" + objective + ")";
 }
 
-// Every candidate whose table the gate compares with the observation, exact ones first: the report's
-// normalizations under the declared objective (but the correct one), the diagnosed ones, and the report's
-// under every other objective the update can be counted in.
+// Every candidate whose table the gate compares with the observation, exact ones first: another loss's count
+// in place of this one's, the report's normalizations under the declared objective (but the correct one), the
+// diagnosed ones, and the report's under every other objective the update can be counted in.
 std::vector<candidate> candidates_of(const partition& update) {
   std::vector<candidate> out;
   const std::string_view correct = update.reducer == reducer_kind::mean ? "scaled_sum" : "global_share";
@@ -503,6 +518,21 @@ std::vector<candidate> candidates_of(const partition& update) {
     out.push_back(
         {std::move(name), lazy_table(update, objective, n), std::move(words), std::move(base), {}, false, {}});
   };
+  // First, another loss's count in place of this one's (a term divided by the main loss's count, the main loss
+  // by a term's): the objective's table times this loss's count over the other's.
+  const rational own = objective_units(update, update.objective).total();
+  for (std::size_t i = 0; i < update.siblings.size(); ++i) {
+    const sibling_loss& other = update.siblings[i];
+    if (other.same_count || other.total == 0) continue;
+    std::string name = sibling_count_name(other);
+    mistake_words words = table_mistake_words(name, update);
+    factor_form form;
+    form.sibling = i;
+    out.push_back(
+        {std::move(name),
+         lazy_table(update, update.objective, normalization_of(strategy::global_mean)).scaled(own / other.total),
+         std::move(words), "objective", std::move(form), false, {}});
+  }
   for (const normalization& n : report_normalizations()) {
     if (n.objective_itself || n.name == correct) continue;
     if (n.name == "microbatch_mean" && !accumulates) continue;
@@ -580,9 +610,11 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
                                    std::optional<bool>& tried, bool named_only = false) {
   const partition& update = u.update;
   const std::optional<rational> suggested = suggested_factor(base.table, u, m, at);
-  if (!suggested || *suggested <= 0) return {};
+  // A negative factor names a mistake only where the loss's weight is negative (left out, or applied twice).
+  const bool negative = update.loss_weight < 0;
+  if (!suggested || *suggested == 0 || (*suggested < 0 && !negative)) return {};
   const rational factor = nearest_simple(*suggested, 64);
-  if (factor <= 0 || factor == 1 || numerator(factor) > 4096) return {};
+  if (factor == 0 || (factor < 0 && !negative) || factor == 1 || abs(numerator(factor)) > 4096) return {};
   const std::vector<factor_label> labels = labels_of(factor, update);
   if (named_only && !labels.front().named) return {};
   lazy_table table = base.table.scaled(factor);
@@ -610,6 +642,8 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
     form.g += base.factor.g;
     form.s += base.factor.s;
     form.t += base.factor.t;
+    form.k += base.factor.k;
+    form.sibling = base.factor.sibling;
     form.constant *= base.factor.constant;
     std::optional<std::pair<std::size_t, rational>> same_as;
     if (base.same_as) same_as.emplace(base.same_as->first, base.same_as->second * factor);
@@ -764,6 +798,13 @@ std::optional<lazy_table> table_on(const candidate& c, const nearby_tables& ther
   return std::nullopt;
 }
 
+// Whether `c` is the main loss's count in a term's own words, where the two land on one table: a multi-token-
+// prediction term drops one label per row, so its labels before that shift, or its positions with the dropped
+// labels as padding, make the main loss's count.
+bool main_count_in_other_words(const candidate& kept, const candidate& c) {
+  return kept.name == "main_count" && (c.name == "count_before_shift" || c.name == "count_padding");
+}
+
 // What every measurement of one update shares: the objective's table, the candidates, which of their tables
 // coincide (on one rank every candidate is the objective), and what each candidate sums to, found once.
 struct shared_judgement {
@@ -830,8 +871,9 @@ std::vector<explanation> shared_judgement::explained(const std::vector<const can
     for (std::size_t k = 0; k < kept.size() && !same_computation; ++k) {
       const bool known_same = kept[k]->same_as && c->same_as && *kept[k]->same_as == *c->same_as;
       if (!known_same && !same_table(kept[k]->table, c->table, update)) continue;
-      // A free factor that lands on an earlier fit's table, or the same name again, adds no explanation.
-      if (c->free || c->name == kept[k]->name) {
+      // A free factor that lands on an earlier fit's table, the same name again, or the main loss's count in a
+      // term's own words adds no explanation.
+      if (c->free || c->name == kept[k]->name || main_count_in_other_words(*kept[k], *c)) {
         same_computation = true;
         break;
       }

@@ -7,8 +7,10 @@
                                             against docs/schema/report.schema.json; a report with a member
                                             removed, renamed or mistyped is not
     docs_test.py readme NORMCHECK ROOT      README.md has at most 200 lines, every relative link in README.md and
-                                            docs/ names a file that exists, and the README's dump example is
-                                            diagnosed as it says (gate fail, local_mean)
+                                            docs/ names a file that exists, the README's dump example is
+                                            diagnosed as it says (gate fail, local_mean), and so is
+                                            docs/format.md's auxiliary term (term mtp: main_count), every
+                                            line it quotes from the report being the report's
 
 Needs python3-jsonschema (Debian). Exit 0 passed, 1 failed.
 """
@@ -130,7 +132,33 @@ def readme(normcheck, root):
             if line not in run_lines:
                 print(f"FAIL {os.path.relpath(page, root)}: the excerpt line {line!r} is not in docs/python.md's run")
                 failures += 1
+    failures += terms_example(normcheck, root)
     print(f"README.md: {lines} lines; links checked in README.md and docs/")
+    return failures
+
+
+def terms_example(normcheck, root):
+    """docs/format.md's worked auxiliary term: diagnosed as it says, every quoted line one of the report's."""
+    with open(os.path.join(root, "docs", "format.md"), encoding="utf-8") as f:
+        section = f.read().split("## Auxiliary terms", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, re.S)
+    example = next(body for language, body in blocks if language == "json")
+    quoted = next(body for language, body in blocks if not language)
+    text = subprocess.run([normcheck, "check", "-"], input=example, capture_output=True, text=True, timeout=60)
+    checked = subprocess.run([normcheck, "check", "--json", "-"], input=example, capture_output=True, text=True,
+                             timeout=60)
+    gate = json.loads(checked.stdout)["reports"][0].get("gate", {})
+    names = [e["name"] for e in gate.get("diagnosis", [])]
+    failures = 0
+    if gate.get("verdict") != "fail" or names != ["term mtp: main_count"]:
+        print(f"FAIL docs/format.md: the auxiliary term's example gives verdict {gate.get('verdict')}, diagnosis "
+              f"{names}; the page says fail with term mtp: main_count")
+        failures += 1
+    report_lines = set(text.stdout.splitlines())
+    for line in quoted.splitlines():
+        if line not in report_lines:
+            print(f"FAIL docs/format.md: the quoted line {line!r} is not in the report of its example")
+            failures += 1
     return failures
 
 

@@ -32,3 +32,13 @@ def unchanged(plain: Tuple[Any, ...], probed: Tuple[Any, ...]) -> bool:
     """The probed step's loss, gradients and updated parameters are bitwise the unprobed step's."""
     same = all(torch.equal(a, b) for a, b in zip(plain[1] + plain[2], probed[1] + probed[2]))
     return bool(torch.equal(plain[0], probed[0]) and same and len(plain[1]) == len(probed[1]))
+
+
+def zigzag(cp_rank: int, length: int, cp: int) -> torch.Tensor:
+    """The positions CP rank ``cp_rank`` holds of a sequence of ``length``: chunks cp_rank and 2·cp − 1 − cp_rank
+    of 2·cp chunks (the load-balanced split)."""
+    chunk = length // (2 * cp)
+    held: List[int] = []
+    for c in (cp_rank, 2 * cp - 1 - cp_rank):
+        held += list(range(c * chunk, (c + 1) * chunk))
+    return torch.tensor(held)

@@ -379,3 +379,29 @@ def test_a_fifo_nobody_reads_is_a_timeout_not_a_hang(tmp_path):
     assert not writer.is_alive(), "dump.write blocked on a FIFO that nobody reads"
     assert len(outcome) == 1 and "no process opened for reading" in outcome[0]
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_an_auxiliary_term_and_its_measurement_read_back_through_normcheck(tmp_path, executable):
+    """A term's tokens on the main loss's ranks (coords on a mesh), its weight exact, its measurement judged."""
+    mesh = [{"name": "dp", "size": 2, "role": "data"}]
+    mtp = dump.term("mtp", [[[2, None]], [[6, 7]]], weight=Fraction(3, 10))
+    # A main token weighs 1/5; a token of the term 3/10 · 1/3 = 1/10: its components are −2/10 and −(6 + 7)/10.
+    seen = dump.observed(dtype="exact", per_rank=[["-3/5", "-12/5"]] * 2,
+                         terms=[dump.term_measurement("mtp", [["-1/5", "-13/10"]] * 2)])
+    document = dump.document([[[1, 2]], [[3, 4, 5, None]]], theta=0, mesh=mesh, terms=[mtp], observed=seen,
+                             expect_gate={"verdict": "pass"})
+    assert document["terms"][0]["ranks"][1] == {"targets": [6, 7], "coords": [1]}
+    assert '\n  "terms": [\n    {"name": "mtp"' in dump.render(document)
+    path = tmp_path / "term.json"
+    dump.write(path, document)
+    report = run_check(executable, path)[str(path)]
+    assert report["status"] == "pass", report.get("error") or report["failures"]
+    assert report["terms"] == [{"name": "mtp", "weight": "3/10", "objective": "token_mean", "valid_tokens": 3,
+                                "count": "3"}]
+    for name in ("main", "MTP", ""):
+        with pytest.raises(ValueError, match="identifier"):
+            dump.term(name, [[[1]]])
+    with pytest.raises(ValueError, match="mixes numbers and vectors"):
+        dump.term_measurement("mtp", [[1], 2])
+    with pytest.raises(ValueError, match="3 ranks, the main loss 2"):
+        dump.document([[[1]], [[2]]], terms=[dump.term("mtp", [[[1]], [[2]], [[3]]])])

@@ -49,7 +49,7 @@ def name_problem(name, core, mesh=()):
     normalization or another name; "objective" and a factor; a normalization and a factor, or another objective in
     parentheses. A factor is one of the core's, a plain number, or the size of the dimensions named in ``mesh``."""
     bases = set(core["normalizations"]) | set(core["other_names"])
-    if name in bases:
+    if name in bases or re.fullmatch(r"count_of\([a-z][a-z0-9_]*\)", name):
         return None
     sizes = [f"({'·'.join(mesh)})"] if len(mesh) > 1 else []
     factors = set(core["factors"]) | {f"{how}{size}" for size in [*mesh, *sizes] for how in ("×", "/")}
@@ -84,15 +84,15 @@ def test_every_remedy_is_keyed_on_a_name_the_gate_gives(core):
 
 
 @pytest.mark.parametrize("misspelt", ["local_maen", "objective×Q", "objective/GG", "local_mean(token_maen)",
-                                      "head: local_mean", "objectivé/G"])
+                                      "head: local_mean", "objectivé/G", "count_of(MTP)", "term mtp: main_count"])
 def test_a_remedy_for_a_name_the_gate_never_gives_is_caught(core, misspelt):
     assert name_problem(misspelt, core) is not None
 
 
 def test_every_name_the_gate_gave_on_the_cases_fits_the_listing(core, executable):
-    """The grammar is the gate's: every name of every diagnosis on cases/groups, cases/gate, cases/mesh and
-    cases/weighted (a site's after its prefix) is one the listing describes."""
-    folders = [os.path.join(CASES, folder) for folder in ("groups", "gate", "mesh", "weighted")]
+    """The grammar is the gate's: every name of every diagnosis on cases/groups, cases/gate, cases/mesh,
+    cases/weighted and cases/terms (a site's or a term's after its prefix) is one the listing describes."""
+    folders = [os.path.join(CASES, folder) for folder in ("groups", "gate", "mesh", "weighted", "terms")]
     printed = subprocess.run([executable, "check", "--json", *folders], capture_output=True, text=True).stdout
     given = []
     for report in json.loads(printed)["reports"]:

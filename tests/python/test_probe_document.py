@@ -16,7 +16,7 @@ import pytest
 
 from normcheck import dump, run_check
 from normcheck._probe_document import assemble, document, infer_reducer, replica_losses, unreduced
-from normcheck._probe_record import Geometry, ProbeError, RankRecord
+from normcheck._probe_record import Geometry, ProbeError, RankRecord, TermDeclaration, TermRecord
 
 TWO = Geometry(slots=2, world_size=2, witness=False)  # components: rank 0's slots 0-1, rank 1's 2-3
 
@@ -285,3 +285,52 @@ def test_the_reducer_is_inferred_from_own_components():
     assert infer_reducer([0.0, 0.0], [0.0, 0.0], 2) is None
     assert infer_reducer([float("nan"), 1.0], [float("nan"), 1.0], 2) is None
     assert infer_reducer([-4.0], [-4.0], 1) == "mean"
+
+
+def with_term(weights, term_weights, counts=(2, 3), term_counts=(1, 2)):
+    """Both ranks' records of a step with an auxiliary term "mtp": slot 0 a main group, slot 1 the term's (of
+    ``term_counts[r]`` tokens), each rank's p.grad holding ``weights[r]``/``term_weights[r]`` per token."""
+    vector = []
+    for r in range(2):
+        vector += [-counts[r] * weights[r], -term_counts[r] * term_weights[r]]
+    records = []
+    for r in range(2):
+        term = TermRecord(name="mtp", microbatches=(group(term_counts[r]),), sequences=(False,),
+                          valid=(term_counts[r],), slots=(1,))
+        records.append(record(r, vector, counts=(counts[r],), used=2, slots=(0,), terms=(term,)))
+    return records
+
+
+def test_an_auxiliary_term_is_written_with_its_own_tokens_and_components():
+    declared = {"mtp": TermDeclaration(name="mtp", weight="3/10")}
+    written = json.loads(dump.render(document(with_term([0.2, 0.2], [0.1, 0.1]), TWO, objective="token_mean",
+                                              normalizer=None, description=None, origin="a hand-built step",
+                                              backend="no backend", terms=declared)))
+    assert written["terms"] == [{"name": "mtp", "weight": "3/10", "ranks": [{"targets": {"count": 1, "value": 1}},
+                                                                           {"targets": {"count": 2, "value": 1}}]}]
+    # The main loss's components are slot 0 of each rank's region, the term's slot 1.
+    assert written["observed"]["per_rank"] == [[(-0.4).hex(), (-0.6000000000000001).hex()]] * 2
+    assert written["observed"]["terms"] == [{"name": "mtp", "per_rank": [[(-0.1).hex(), (-0.2).hex()]] * 2}]
+    assert written["description"].endswith(", terms mtp")
+
+
+def test_a_term_a_rank_never_saw_holds_no_token_there(tmp_path, executable):
+    records = with_term([0.2, 0.2], [0.1, 0.0])
+    records[1] = replace(records[1], terms=(), slots=None, used=1)
+    made_document = made(records)
+    assert made_document["terms"][0]["ranks"][1] == {"targets": []}
+    assert made_document["observed"]["terms"][0]["per_rank"][0] == [(-0.1).hex()]
+
+
+def test_an_auxiliary_term_is_judged_on_its_own(tmp_path, executable):
+    declared = {"mtp": TermDeclaration(name="mtp", weight="1/2")}
+    # The main loss: 1/5 a token (its N = 5); the term: 1/2 · 1/3 (its N = 3) right, 1/2 · 1/5 by the main count.
+    for name, term_weight, verdict, names in (("right", 1 / 6, "pass", ()),
+                                              ("main_count", 1 / 10, "fail", ("term mtp: main_count",))):
+        path = str(tmp_path / f"{name}.json")
+        dump.write(path, document(with_term([0.2, 0.2], [term_weight] * 2), TWO, objective="token_mean",
+                                  normalizer=None, description=None, origin="a hand-built step",
+                                  backend="no backend", terms=declared))
+        judged = run_check(path, executable=executable)[0]
+        assert (judged.verdict, judged.explanations) == (verdict, names), judged.message
+        assert [(t.name, t.verdict) for t in judged.terms] == [("mtp", verdict)]

@@ -77,15 +77,6 @@ def rollout_batch(dp):
     return tokens, labels
 
 
-def zigzag(cp_rank):
-    """The positions CP rank cp_rank holds: chunks cp_rank and 2·CP − 1 − cp_rank of 2·CP chunks."""
-    chunk = LENGTH // (2 * CP)
-    held = []
-    for c in (cp_rank, 2 * CP - 1 - cp_rank):
-        held += list(range(c * chunk, (c + 1) * chunk))
-    return torch.tensor(held)
-
-
 class PerToken(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -121,7 +112,7 @@ def one_step(loop, mesh, probe_factory, wrap="ddp"):
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
     tokens, labels = whole_batch(dp)
-    held = zigzag(cp)
+    held = mesh_step.zigzag(cp, LENGTH, CP)
     tokens, labels = tokens[:, held], labels[:, held]
     positions = held.expand(ROWS, -1)
 
@@ -153,7 +144,7 @@ def one_sequence_step(loop, mesh, probe_factory):
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
     tokens, labels = rollout_batch(dp)
-    held = zigzag(cp)
+    held = mesh_step.zigzag(cp, LENGTH, CP)
     tokens, labels = tokens[:, held], labels[:, held]
     positions = held.expand(ROLLOUT_ROWS, -1)
 
@@ -290,15 +281,13 @@ def test_a_mesh_is_checked_when_the_probe_is_built():
     assert (inner.regions, inner.region) == (4, 3)
 
 
-def test_positions_need_sequence_dimensions_and_terms_are_refused():
+def test_positions_need_sequence_dimensions():
     from normcheck.probe import Probe, ProbeError
 
     plain = Probe(PerToken())
     loss = torch.zeros(2, 3, requires_grad=True)
     with pytest.raises(ProbeError, match="context parallelism"):
         plain.add(loss, torch.zeros(2, 3, dtype=torch.int64), positions=torch.zeros(2, 3, dtype=torch.int64))
-    with pytest.raises(ProbeError, match="not judged yet"):
-        plain.add(loss, term="mtp")
     sliced = Probe(PerToken(), mesh=FakeMesh(torch.arange(2).view(1, 2), ("dp", "cp")), sequence_dims=("cp",), rank=0)
     with pytest.raises(ProbeError, match="one position per token"):
         sliced.add(loss, positions=torch.zeros(3, dtype=torch.int64))

@@ -127,7 +127,8 @@ std::string spelled(std::string_view text, const objective_units& units);
 std::string mesh_spelled(std::string_view text, const partition& update);
 
 /// The coefficient a rank multiplies group `where`'s loss sum by (before the reducer), the objective's token
-/// factor included; for `objective_itself` the weight the objective gives. Nullopt where it is undefined.
+/// factor and the loss's weight (`partition::loss_weight`) included; for `objective_itself` the weight the objective
+/// gives. Nullopt where it is undefined.
 std::optional<rational> local_coefficient(const objective_units& units, const normalization& n, const group_ref& where);
 
 /// What the unit of `n`'s scope that holds `where` delivers before the objective's token factor: its
@@ -151,6 +152,10 @@ std::optional<weighted_totals> totals(const objective_units& units, const normal
 /// Sᵣ in the objective's terms: Σ_g a(g)·(mass_g·θ − Σw·y) over rank r's groups, a the objective's token
 /// factor (the rank's loss-derivative sum, or under sequence_mean the sum of its sequences' mean derivatives).
 rational objective_loss_sum(const objective_units& units, std::size_t rank);
+
+/// Gives the main loss and each auxiliary term (on the main loss's ranks, microbatches aligned) the other losses'
+/// counts in their own objectives' units, `partition::siblings`: the main loss first, then the terms in order.
+void link_losses(partition& main, std::span<auxiliary_term> terms);
 
 /// The synchronized gradient of the teaching loss ½(θ − y)² under `n`: Σ_g c_g·(mass_g·θ − Σw·y), c_g
 /// delivered. Nullopt where a coefficient is undefined.

@@ -189,8 +189,20 @@ struct mesh_dim {
   mesh_role role = mesh_role::data;
 };
 
+/// Another loss of the same update, as a loss judged beside it sees it: code that divides one loss by another's
+/// count divides by this (docs/format.md, "Auxiliary terms").
+struct sibling_loss {
+  std::string name;  ///< empty for the main loss, else the auxiliary term's name
+  rational total;    ///< its count in its own objective's units: N, M, B or C
+  /// It counts what this loss counts: the same objective, and every group of the two holds as many valid
+  /// tokens (a term over the main loss's own tokens). Dividing by either count is then the same division, not a
+  /// mistake the gate names.
+  bool same_count = false;
+};
+
 /// The update: ranks in rank order, the reducer, the parameter value θ and the objective. Under the
-/// weighted objective every microbatch carries `weighted` sums; under the token mean none does.
+/// weighted objective every microbatch carries `weighted` sums; under the token mean none does. An auxiliary
+/// term's tokens are an update of their own (`auxiliary_term`), on the main loss's ranks, mesh, reducer and θ.
 struct partition {
   std::vector<rank_stats> ranks;
   reducer_kind reducer = reducer_kind::mean;
@@ -206,6 +218,14 @@ struct partition {
   /// may be short or empty where its groups are no slices; core/sequence_join joins the slices into whole
   /// sequences. Kept beside the ranks, not in them, so that an update without slices pays nothing per rank.
   std::vector<std::vector<std::vector<std::uint64_t>>> sequence_ids;
+  /// The loss's weight in the update's objective, exact and not 0: 1 for the main loss, an auxiliary term's
+  /// declared weight. Every normalization's delivered weight carries it (a token of a term weighs weight/N).
+  rational loss_weight{1};
+  /// The loss's name: empty for the main loss, else the auxiliary term's.
+  std::string loss_name;
+  /// The update's other losses (the main loss and its auxiliary terms, this one left out), in document order,
+  /// the main loss first; empty without terms.
+  std::vector<sibling_loss> siblings;
 
   /// W: the ranks in the reduction.
   std::uint64_t world_size() const { return ranks.size(); }
@@ -243,6 +263,18 @@ struct partition {
   /// where there is none.
   std::string mesh_names(mesh_role role) const;
 };
+
+/// An auxiliary loss term (multi-token prediction, a load-balancing loss): its name and its own tokens, an
+/// update with its own objective, `loss_weight` and siblings, on the main loss's ranks, mesh, reducer and θ,
+/// microbatches aligned with the main loss's. The update's objective is the main loss's plus Σ weight·(each
+/// term's objective over its own tokens).
+struct auxiliary_term {
+  std::string name;
+  partition update;
+};
+
+/// "the main loss" or "term mtp": how messages name the loss `update` is.
+std::string loss_spelled(const partition& update);
 
 /// The teaching loss ℓ(θ,y) = ½(θ−y)² has derivative θ−y; a microbatch's derivative sum is n·θ − Σy,
 /// and with weights Σw·(θ−y) = m·θ − Σw·y.

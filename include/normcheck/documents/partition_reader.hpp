@@ -2,7 +2,8 @@
 /// \file documents/partition_reader.hpp
 /// Reading normcheck/1 partition files into a `partition_file`, streaming token values into
 /// per-microbatch sums (no token is stored). The reader reads the update itself (format, ranks and
-/// their weights, world_size, reducer, theta, objective, description, expect, expect_error); every
+/// their weights, world_size, reducer, theta, objective, the auxiliary terms, description, expect,
+/// expect_error); every
 /// other key belongs to a registered section (documents/section.hpp).
 
 #include "normcheck/core/errors.hpp"
@@ -31,6 +32,7 @@ struct expectation {
 /// A partition file as read: the update, what the file claims about it, and its sections.
 struct partition_file {
   partition update;
+  std::vector<auxiliary_term> terms;                 ///< `terms`: the auxiliary loss terms, in file order
   std::optional<std::uint64_t> declared_world_size;  ///< `world_size`, when given
   std::string description;
   std::vector<expectation> expect;

@@ -12,6 +12,7 @@
 #include "normcheck/gate/weights.hpp"
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,12 @@ struct site_result {
   bool as_p = false;  ///< it weighs the groups as the top-level probe does (the same fit, or both the objective)
 };
 
-/// Everything the gate found for one file.
+struct term_judgement;
+
+/// Everything the gate found for one loss, and for a file with auxiliary terms the whole update.
 struct gate_result {
+  /// The loss's verdict; with auxiliary terms the update's: the worst of the main loss's and every term's
+  /// (fail, then inconclusive, then pass).
   gate_verdict verdict = gate_verdict::fail;
   dtype type = dtype::exact;
   std::optional<dtype> reduction_type;  ///< the all-reduce's arithmetic, when it is not `type`
@@ -58,9 +63,25 @@ struct gate_result {
   /// The per-group measurement's judgement, with its weight table (absent for a scalar measurement).
   std::optional<group_judgement> groups;
   std::vector<site_result> sites;       ///< one per site, in file order
+  /// With auxiliary terms: the main loss's own verdict (nullopt without terms, where `verdict` is it).
+  std::optional<gate_verdict> main_verdict;
+  /// Each auxiliary term judged on its own tokens, in file order. `diagnosis` (`could_hide`) then also holds
+  /// each failing (inconclusive) term's explanations, named "term mtp: local_mean".
+  std::vector<term_judgement> terms;
+};
+
+/// What the gate found for one auxiliary term: judged as a loss of its own (its tokens, objective and weight).
+struct term_judgement {
+  std::string name;
+  gate_result gate;
 };
 
 /// Runs the checks in order: replica agreement, denominator, objective, diagnosis, discrimination.
 gate_result run_gate(const partition& update, const observed_result& observed);
+
+/// The main loss and each auxiliary term judged on its own (`term_observed[t]` is what the step measured of
+/// `terms[t]`, the same length), the verdicts combined: the update passes only when every loss passes.
+gate_result run_update_gate(const partition& update, const observed_result& observed,
+                            std::span<const auxiliary_term> terms, std::span<const observed_result> term_observed);
 
 }  // namespace normcheck

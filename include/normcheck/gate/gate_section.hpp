@@ -42,12 +42,15 @@ public:
 
 private:
   void read_observed(field_reader& in);
+  void read_term_observations(field_reader& in);
   void read_sites(field_reader& in, observed_result& observed);
   void read_tokens(field_reader& in, observed_result& observed);
   static void read_mass(field_reader& in, observed_result& observed);
   static void read_tolerance(field_reader& in, observed_result& observed);
   void read_expectation(field_reader& in);
   void settle_groups(const partition_file& document, field_reader& in) const;
+  /// Every declared term measured once, in the document's order, each shaped like its update.
+  void settle_terms(const partition_file& document, field_reader& in);
   /// On a mesh with replica dimensions: the per-rank counts, masses and divisors of each rank's replicas
   /// must be its own (schema_error otherwise), and are kept once per set of replicas, as the update's ranks.
   void fold_replicas(const partition& update, field_reader& in);
@@ -57,6 +60,15 @@ private:
   std::uint64_t divided_by_offset_ = 0;
   std::optional<std::uint64_t> witness_offset_;
   std::uint64_t sites_offset_ = 0;
+  /// `observed.terms`: one auxiliary term's measurement, sharing the main loss's dtype and tolerance.
+  struct term_observation {
+    std::string name;
+    observed_result observed;
+    std::uint64_t offset = 0;
+    std::optional<std::uint64_t> witness_offset;
+  };
+  std::vector<term_observation> term_observed_;  ///< in the document's term order once settled
+  std::vector<observed_result> term_measured_;   ///< each term's measurement, as judged
   std::optional<gate_expectation> expectation_;
   std::optional<gate_result> result_;
   bool judged_expectation_held_ = false;

@@ -50,18 +50,20 @@ struct mistake_words {
 };
 
 /// The words of a computation the per-group gate recognizes, by its name: a strategy, a normalization the
-/// table diagnoses, another objective's computation, the objective times a factor ("objective×W"), a short or
-/// another window, geometric weights, weights that vary within a group, or "unexplained".
+/// table diagnoses, another objective's computation, another loss's count ("main_count", "count_of(mtp)"), the
+/// objective times a factor ("objective×W"), a short or another window, geometric weights, weights that vary
+/// within a group, or "unexplained".
 mistake_words table_mistake_words(std::string_view name, const partition& update);
 
-/// The words of a factor on top of a computation, by its label ("×W", "/G", "/cp", "×4"): how it scaled and
-/// why that is wrong.
+/// The words of a factor on top of a computation, by its label ("×W", "/G", "/cp", "/weight", "×4"): how it
+/// scaled and why that is wrong.
 mistake_words factor_words(std::string_view label, const partition& update);
 
 /// Every name the gate gives, by kind, read from the tables that hold their words (`normcheck names` lists
 /// them, and the Python package's copies are tested against them). A diagnosis is one of `normalizations`
-/// or `others`; "objective" followed by a factor; a normalization followed by a factor or by another
-/// objective's name in parentheses; any of these after a site's name and ": ". A factor is one of
+/// or `others`, or another loss's count "count_of(mtp)"; "objective" followed by a factor; a normalization
+/// followed by a factor or by another objective's name in parentheses; any of these after a site's name and
+/// ": ", or after "term " and an auxiliary term's name and ": ". A factor is one of
 /// `factors`, the size of mesh dimensions ("/cp", "×(cp·sp)") or a plain number ("×4", "/3", "×G/3").
 struct diagnosis_names {
   std::vector<std::string_view> normalizations;  ///< the strategy table's, but the objective's own
@@ -69,6 +71,10 @@ struct diagnosis_names {
   std::vector<std::string> factors;              ///< "×W", "/G", "×N", …
 };
 diagnosis_names gate_names();
+
+/// The name of dividing by another loss's count in place of one's own: "main_count" (a term divided by the main
+/// loss's count), "count_of(mtp)" (divided by term mtp's).
+std::string sibling_count_name(const sibling_loss& other);
 
 /// The name of the size of the mesh dimensions with `role` as a factor: "cp", "(cp·sp)" for two; empty
 /// where their size is 1.

@@ -21,7 +21,8 @@ struct nearby_update {
 
 /// The updates one change from `update`, in this order: one more microbatch on every rank (another G, named
 /// "G ≠ W" where G = W), one more rank (a copy of the last), and one more valid token in the first group
-/// (uneven counts; not for weighted tokens, whose weights the change would have to invent). A change that
+/// (uneven counts; not for weighted tokens, whose weights the change would have to invent), and for an auxiliary
+/// term of a weight other than 1 that weight doubled. A change that
 /// would take the update past the counts normcheck keeps exact is left out.
 std::vector<nearby_update> nearby_updates(const partition& update);
 
