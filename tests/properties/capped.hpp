@@ -5,8 +5,7 @@
 // larger max_success in RC_PARAMS).
 
 #include "laws.hpp"
-
-#include <rapidcheck/detail/TestListenerAdapter.h>
+#include "run_property.hpp"
 
 #include <doctest/doctest.h>
 
@@ -28,17 +27,8 @@ inline int costly_law_cases(int most) {
 /// Checks `property` like rc::check, with at most costly_law_cases(most) cases; a failure is a doctest
 /// failure that prints the counterexample and the RC_PARAMS line that replays it.
 inline void check_costly_law(const std::string& name, const law& property, int most = 300) {
-  rc::detail::TestMetadata metadata;
-  metadata.id = name;
-  metadata.description = name;
-  rc::detail::TestListenerAdapter quiet;
-  const rc::detail::Configuration& config = rc::detail::configuration();
-  rc::detail::TestParams params = config.testParams;
-  params.maxSuccess = std::min(params.maxSuccess, costly_law_cases(most));
-  std::unordered_map<std::string, rc::detail::Reproduce> reproduce;
-  if (const auto it = config.reproduce.find(name); it != config.reproduce.end()) reproduce.insert(*it);
   const rc::detail::TestResult result =
-      rc::detail::checkProperty(rc::detail::toProperty(property), metadata, params, quiet, reproduce);
+      run_property(name, property, std::min(configured_cases(), costly_law_cases(most)));
   rc::detail::SuccessResult success;
   if (result.match(success)) return;
   rc::detail::FailureResult failure;

@@ -2,10 +2,9 @@
 
 #include "generators.hpp"
 #include "oracle.hpp"
+#include "run_property.hpp"
 
 #include "normcheck/teaching/reference.hpp"
-
-#include <rapidcheck/detail/TestListenerAdapter.h>
 
 #include <algorithm>
 #include <sstream>
@@ -511,15 +510,7 @@ law fixed_examples(const std::vector<claim>& examples) {
 }
 
 rc::detail::TestResult run_law(const std::string& name, const law& property) {
-  rc::detail::TestMetadata metadata;
-  metadata.id = name;
-  metadata.description = name;
-  rc::detail::TestListenerAdapter quiet;
-  const rc::detail::Configuration& config = rc::detail::configuration();
-  std::unordered_map<std::string, rc::detail::Reproduce> reproduce;
-  const auto it = config.reproduce.find(name);
-  if (it != config.reproduce.end()) reproduce.insert(*it);
-  return rc::detail::checkProperty(rc::detail::toProperty(property), metadata, config.testParams, quiet, reproduce);
+  return run_property(name, property, configured_cases());
 }
 
 std::string reproduce_params(const std::string& name, const rc::detail::FailureResult& failure) {

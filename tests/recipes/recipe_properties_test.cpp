@@ -4,6 +4,7 @@
 #include "normcheck/core/gradients.hpp"
 #include "normcheck/recipes/prove.hpp"
 #include "properties/generators.hpp"
+#include "properties/run_property.hpp"
 
 #include <doctest/doctest.h>
 #include <rapidcheck.h>
@@ -101,12 +102,17 @@ token_partition random_update(objective_kind objective) {
   return *gen_update_with_tokens();
 }
 
-bool accepted_recipes_match(const prover& prove) {
+// The cases a law that must catch a planted prover runs, wherever RC_PARAMS cuts the count: the dev build's
+// count (tests/recipes/CMakeLists.txt), so that the planted mistake is drawn under the sanitizers too.
+constexpr int planted_cases = 300;
+
+bool accepted_recipes_match(const prover& prove, int cases = configured_cases()) {
   // Each verdict is decided once; the property then samples recipes and partitions.
   std::vector<proof_verdict> verdicts;
   for (const named_recipe& chosen : recipes)
     verdicts.push_back(prove(recipe{recipe_expression::parse(chosen.scale), chosen.reducer}, chosen.objective));
-  return rc::check("a recipe prove accepts equals the objective on every partition", [verdicts] {
+  const std::string name = "a recipe prove accepts equals the objective on every partition";
+  const auto law = [verdicts] {
     const std::size_t index = *rc::gen::inRange<std::size_t>(0, recipes.size());
     const named_recipe& chosen = recipes[index];
     const recipe r{recipe_expression::parse(chosen.scale), chosen.reducer};
@@ -117,7 +123,12 @@ bool accepted_recipes_match(const prover& prove) {
     const recipe_value value = recipe_gradient(update, r);
     RC_ASSERT(value.value.has_value());
     RC_ASSERT(*value.value == *gradient(update, strategy::global_mean));
-  });
+  };
+  const rc::detail::TestResult result = run_property(name, law, cases);
+  rc::detail::FailureResult failure;
+  if (result.match(failure)) MESSAGE(failure.description);
+  rc::detail::SuccessResult success;
+  return result.match(success);
 }
 
 }  // namespace
@@ -143,7 +154,8 @@ TEST_CASE("a recipe prove rejects has a counterexample that differs from the obj
 }
 
 TEST_CASE("the acceptance law catches a prover that accepts everything") {
-  CHECK_FALSE(accepted_recipes_match([](const recipe&, objective_kind) { return proof_verdict::proved; }));
+  CHECK_FALSE(
+      accepted_recipes_match([](const recipe&, objective_kind) { return proof_verdict::proved; }, planted_cases));
 }
 
 TEST_CASE("the acceptance law catches a prover that ignores the weights") {
@@ -152,7 +164,7 @@ TEST_CASE("the acceptance law catches a prover that ignores the weights") {
     if (objective == weighted_mean && !r.scale.mass_variable())
       return prove_recipe(r, objective_kind::token_mean).verdict;
     return prove_recipe(r, objective).verdict;
-  }));
+  }, planted_cases));
 }
 
 TEST_CASE("the acceptance law catches a prover that takes a declared objective for the token mean") {
@@ -163,7 +175,7 @@ TEST_CASE("the acceptance law catches a prover that takes a declared objective f
     if (declared && !r.scale.sequence_variable() && !r.scale.uses(count_variable::C))
       return prove_recipe(r, objective_kind::token_mean).verdict;
     return prove_recipe(r, objective).verdict;
-  }));
+  }, planted_cases));
 }
 
 namespace {
