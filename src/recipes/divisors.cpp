@@ -210,8 +210,9 @@ bool nonzero_on_every_configuration(const polynomial& p, const count_domain& dom
                                      : !domain.data_dimension   ? by[variable_index(v::n_r)]
                                                                 : by[variable_index(v::n_r)] + slack(v::over_data);
   by[variable_index(v::over_sequence)] = !domain.sequence_dimension ? by[variable_index(v::n_r)]
-                                         : !domain.data_dimension   ? by[variable_index(v::N)]
-                                                                    : by[variable_index(v::n_r)] + slack(v::over_sequence);
+                                         : !domain.data_dimension
+                                             ? by[variable_index(v::N)]
+                                             : by[variable_index(v::n_r)] + slack(v::over_sequence);
   by[variable_index(v::main_n_m)] = slack(v::main_n_m);
   by[variable_index(v::main_n_r)] = slack(v::main_n_m) + slack(v::main_n_r);
   by[variable_index(v::main_N)] = slack(v::main_n_m) + slack(v::main_n_r) + slack(v::main_N);
