@@ -6,6 +6,9 @@
 #include "normcheck/gate/mistakes.hpp"
 #include "normcheck/io/json_writer.hpp"
 #include "normcheck/io/text.hpp"
+#include "normcheck/recipes/recipe.hpp"
+
+#include <algorithm>
 
 namespace normcheck {
 
@@ -13,6 +16,25 @@ namespace {
 
 std::vector<std::string> names_listed(const std::vector<std::string_view>& spellings) {
   return {spellings.begin(), spellings.end()};
+}
+
+// The counts every recipe may read (`prove --scale`, a file's `recipe`).
+std::vector<std::string> recipe_counts() {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < update_variables; ++i) names.emplace_back(variable_name(all_count_variables[i]));
+  return names;
+}
+
+// The names `spelling` gives beyond every update's, for an example mesh or term: "DP, CP, TP, N_dp, N_cp".
+std::string names_beyond_the_update(const recipe_names& names) {
+  const std::vector<std::string> every_update = recipe_counts();
+  std::vector<std::string> beyond;
+  for (count_variable v : all_count_variables) {
+    const std::string spelled = names.spelling(v);
+    if (!spelled.empty() && std::find(every_update.begin(), every_update.end(), spelled) == every_update.end())
+      beyond.push_back(spelled);
+  }
+  return join(beyond);
 }
 
 // The dtypes that round: every one but exact arithmetic.
@@ -37,6 +59,7 @@ std::vector<name_list> name_lists() {
        names_listed(gate.normalizations)},
       {"other_names", "what else the gate names", names_listed(gate.others)},
       {"factors", "factors on top of a computation", std::move(gate.factors)},
+      {"recipe_counts", "the counts a recipe reads", recipe_counts()},
   };
 }
 
@@ -59,6 +82,13 @@ std::string names_text() {
       "parentheses; any of these after a site's name and \": \", or after \"term \", an auxiliary term's name "
       "and \": \". A factor is also the size of mesh dimensions (\"/cp\") or a plain number (\"×4\", "
       "\"/3\").\n";
+  const recipe_names mesh(recipe_names::parse_mesh("dp:data,cp:sequence,tp:replica"), "");
+  const recipe_names term({}, "mtp");
+  out += "A recipe on a mesh (prove --mesh dp:data,cp:sequence,tp:replica) also reads " +
+         names_beyond_the_update(mesh) +
+         ": each dimension's size, its name in capitals, and N_ and a data or sequence dimension's name, the rank's "
+         "count reduced over that dimension only; beside a term (prove --term mtp), the term's own counts " +
+         names_beyond_the_update(term) + " (N, n_r and n_m are then the main loss's).\n";
   return out;
 }
 

@@ -21,6 +21,10 @@ void add_reader_limits(CLI::App& command, reader_limits& limits);
 /// Refuses an empty path for an option that names an output file.
 const CLI::Validator& output_path();
 
+/// `--mesh NAME:ROLE,...` (prove, suggest): its text into `text`, and `given` set even when it is empty, which
+/// recipe_names::parse_mesh then refuses rather than reading as no mesh.
+CLI::Option* add_mesh_option(CLI::App& command, std::string& text, bool& given, const std::string& description);
+
 void add_check_command(CLI::App& app, action& run);
 void add_reference_command(CLI::App& app, action& run);
 void add_simulate_command(CLI::App& app, action& run);

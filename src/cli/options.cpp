@@ -39,4 +39,14 @@ const CLI::Validator& output_path() {
   return validator;
 }
 
+CLI::Option* add_mesh_option(CLI::App& command, std::string& text, bool& given, const std::string& description) {
+  return command.add_option_function<std::string>(
+      "--mesh",
+      [&text, &given](const std::string& value) {
+        text = value;
+        given = true;
+      },
+      description);
+}
+
 }  // namespace normcheck::cli

@@ -19,16 +19,33 @@ struct prove_options {
   std::string reducer = "mean";
   std::string objective = "token_mean";
   std::string counterexample;
+  std::string mesh;
+  bool mesh_given = false;  // an empty --mesh is refused, not read as none
+  std::string term;
 };
 
 std::string shown(const std::optional<rational>& value) {
   return value ? to_string(*value) + " (≈ " + approximate(*value) + ")" : std::string("undefined");
 }
 
+// The names the recipe may use: --mesh's and --term's beside every update's.
+recipe_names names_of(const prove_options& options) {
+  std::vector<mesh_dim> mesh;
+  if (options.mesh_given) mesh = recipe_names::parse_mesh(options.mesh);
+  try {
+    return recipe_names(std::move(mesh), options.term);
+  } catch (const error& e) {
+    location where;
+    where.file = options.term.empty() ? "--mesh" : "--term";
+    throw error(e.code(), e.message(), where);
+  }
+}
+
 outcome run_prove(const prove_options& options) {
+  const recipe_names names = names_of(options);
   recipe r;
   try {
-    r.scale = recipe_expression::parse(options.scale);
+    r.scale = recipe_expression::parse(options.scale, names);
   } catch (const error& e) {
     location where = e.where().value_or(location{});
     where.file = "--scale";
@@ -44,8 +61,13 @@ outcome run_prove(const prove_options& options) {
   const objective_kind objective = *named;
 
   const proof_result result = prove_recipe(r, objective);
-  std::cout << "recipe \"" << r.scale.text() << "\" under the " << reducer_name(r.reducer) << " reducer, objective "
-            << options.objective << ": " << verdict_name(result.verdict) << "\n";
+  std::string on_the_mesh;
+  for (const mesh_dim& dim : names.mesh())
+    on_the_mesh += (on_the_mesh.empty() ? ", on the mesh " : " × ") + dim.name + " (" +
+                   std::string(mesh_role_name(dim.role)) + ")";
+  std::cout << "recipe \"" << r.scale.text() << "\"" << (names.term().empty() ? "" : " for the term " + names.term())
+            << " under the " << reducer_name(r.reducer) << " reducer, objective " << options.objective << on_the_mesh
+            << ": " << verdict_name(result.verdict) << "\n";
   std::cout << "  covered: " << result.coverage << "\n";
   if (!result.counterexample) {
     if (result.verdict == proof_verdict::checked)
@@ -54,8 +76,10 @@ outcome run_prove(const prove_options& options) {
   }
   const recipe_counterexample& example = *result.counterexample;
   const bool in_sequence = example.where.sequences && example.where.sequences->declared;
-  std::cout << "  smallest counterexample: " << describe(example.where)
-            << (in_sequence ? " (rank 0, microbatch 0, its first sequence)\n" : " (rank 0, microbatch 0)\n");
+  const std::string place = std::string(names.mesh().empty() ? "rank 0" : "rank 0, every coordinate 0") +
+                            ", microbatch 0" + (in_sequence ? ", its first sequence" : "") +
+                            (names.term().empty() ? "" : ", of the term " + names.term());
+  std::cout << "  smallest counterexample: " << describe(example.where, names) << " (" << place << ")\n";
   if (result.verdict == proof_verdict::divides_by_zero) {
     std::cout << "  the scale divides by " << example.zero_divisor << ", which is 0 there\n";
     if (example.where.sequences && example.where.sequences->group_tokens == 0 && example.scale == std::nullopt &&
@@ -64,18 +88,20 @@ outcome run_prove(const prove_options& options) {
                    "that divides by its count must guard that division\n";
   } else {
     std::cout << "  the scale there is c = " << shown(example.scale) << ", but the objective needs c/"
-              << (r.reducer == reducer_kind::mean ? "W" : "1") << " = " << objective_weight(objective) << "\n";
+              << (r.reducer == reducer_kind::mean ? "W" : "1") << " = " << objective_weight(objective, names) << "\n";
   }
   std::cout << "  on this partition the recipe's gradient is " << shown(example.recipe_gradient)
             << " and the objective's is " << shown(example.objective) << "\n";
   if (result.division_risk)
     std::cout << "  it also divides by " << result.division_risk->zero_divisor << ", which is 0 at "
-              << describe(result.division_risk->where) << "\n";
+              << describe(result.division_risk->where, names) << "\n";
+  const std::string fails = example.check_fails ? "normcheck check fails it"
+                                                : "its counts; a term's undefined scale has no measurement to check";
   if (!options.counterexample.empty()) {
     write_file_atomically(options.counterexample, example.document);
-    std::cout << "  counterexample written to " << options.counterexample << " (normcheck check fails it)\n";
+    std::cout << "  counterexample written to " << options.counterexample << " (" << fails << ")\n";
   } else {
-    std::cout << "  as a partition file (normcheck check fails it):\n" << example.document;
+    std::cout << "  as a partition file (" << fails << "):\n" << example.document;
   }
   return outcome::check_failed;
 }
@@ -99,6 +125,13 @@ void add_prove_command(CLI::App& app, action& run) {
       ->capture_default_str();
   prove->add_option("--counterexample", options->counterexample, "Write the counterexample partition file here")
       ->check(output_path());
+  add_mesh_option(*prove, options->mesh, options->mesh_given,
+                  "Lay every partition out on a device mesh, e.g. dp:data,cp:sequence,tp:replica (name:role, one "
+                  "dimension of each role): the recipe may then read the sizes DP, CP, TP and the counts reduced "
+                  "over one role's dimension, N_dp and N_cp");
+  prove->add_option("--term", options->term,
+                    "Decide the scale of an auxiliary term, e.g. mtp: the term's counts are N_mtp, n_r_mtp, n_m_mtp "
+                    "and the main loss's N, n_r, n_m");
   prove->callback([&run, options] { run = [options] { return run_prove(*options); }; });
 }
 

@@ -21,6 +21,8 @@ struct suggest_options {
   std::string type = "float32";
   std::string objective = "token_mean";
   std::string counts;
+  std::string mesh;
+  bool mesh_given = false;
   bool json = false;
   std::string output;
 };
@@ -88,6 +90,22 @@ outcome run_suggest(const suggest_options& options) {
     document.description = "Suggested by normcheck suggest --counts for the valid-token counts of " + source + ", " +
                            std::string(dtype_name(*type)) + ": the closest pair (" + s.closest_pair + ") is " +
                            approximate(s.separation) + " bounds apart.";
+  } else if (options.mesh_given) {
+    // Every dimension of size 2: the smallest mesh on which each of its mistakes differs from the objective.
+    std::vector<mesh_dim> mesh = recipe_names::parse_mesh(options.mesh);
+    std::uint64_t world_size = 1;
+    std::string shape;
+    for (mesh_dim& dim : mesh) {
+      dim.size = 2;
+      if (dim.role != mesh_role::replica) world_size *= dim.size;
+      shape += (shape.empty() ? "" : " × ") + dim.name + " 2 (" + std::string(mesh_role_name(dim.role)) + ")";
+    }
+    s = suggest_partition(world_size, options.microbatches, *type, *objective, mesh);
+    document.declare_world_size = false;  // a mesh lists every rank, replicas included
+    document.description = "Suggested by normcheck suggest for the mesh " + shape +
+                           ", W = " + std::to_string(world_size) + ", " + std::to_string(options.microbatches) +
+                           " microbatch(es) per rank, " + std::string(dtype_name(*type)) + ": the closest pair (" +
+                           s.closest_pair + ") is " + approximate(s.separation) + " bounds apart.";
   } else {
     s = suggest_partition(options.world_size, options.microbatches, *type, *objective);
     document.description = "Suggested by normcheck suggest for W = " + std::to_string(options.world_size) + ", " +
@@ -124,15 +142,25 @@ void add_suggest_command(CLI::App& app, action& run) {
   CLI::Option* microbatches = suggest->add_option("--microbatches,-G", options->microbatches, "Microbatches per rank")
                                   ->capture_default_str()
                                   ->check(CLI::Range(1, 16));
-  suggest->add_option("--counts", options->counts,
-                      "Choose targets for these valid-token counts instead: a file {\"counts\": [[n00, n01], [n10]]} "
-                      "(ranks, then microbatches; - for standard input)")
+  suggest
+      ->add_option("--counts", options->counts,
+                   "Choose targets for these valid-token counts instead: a file {\"counts\": [[n00, n01], [n10]]} "
+                   "(ranks, then microbatches; - for standard input)")
       ->excludes(world_size)
       ->excludes(microbatches);
+  CLI::Option* counts = suggest->get_option("--counts");
+  add_mesh_option(
+      *suggest, options->mesh, options->mesh_given,
+      "Lay the partition out on a device mesh, each dimension of size 2, e.g. dp:data,cp:sequence,tp:replica "
+      "(name:role, as prove --mesh): its mistakes (a count over the wrong dimensions, or the replicas) are "
+      "separated too")
+      ->excludes(world_size)
+      ->excludes(counts);
   suggest->add_option("--dtype", options->type, "float64, float32, bfloat16, float16 or exact")->capture_default_str();
-  suggest->add_option("--objective", options->objective,
-                      "token_mean, weighted_token_mean (tokens get weights), sequence_mean, sequence_sum_mean or "
-                      "constant (microbatches hold sequences)")
+  suggest
+      ->add_option("--objective", options->objective,
+                   "token_mean, weighted_token_mean (tokens get weights), sequence_mean, sequence_sum_mean or "
+                   "constant (microbatches hold sequences)")
       ->capture_default_str();
   suggest->add_flag("--json", options->json,
                     "Print {\"partition\": ..., \"separation\", \"closest_pair\", \"inseparable\", \"ambiguous\", "

@@ -245,13 +245,23 @@ std::uint64_t partition::listed_rank(std::size_t rank) const {
   return mesh.empty() ? rank : listed;
 }
 
-std::string_view mesh_role_name(mesh_role role) noexcept {
-  switch (role) {
-    case mesh_role::data: return "data";
-    case mesh_role::sequence: return "sequence";
-    case mesh_role::replica: return "replica";
-  }
-  return "data";
+namespace {
+
+constexpr name_table mesh_role_names{std::array<std::pair<mesh_role, std::string_view>, 3>{
+    {{mesh_role::data, "data"}, {mesh_role::sequence, "sequence"}, {mesh_role::replica, "replica"}}}};
+
+}  // namespace
+
+std::string_view mesh_role_name(mesh_role role) noexcept { return mesh_role_names.name(role); }
+
+std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept { return mesh_role_names.find(name); }
+
+std::string mesh_role_alternatives() { return mesh_role_names.alternatives(); }
+
+bool is_identifier(std::string_view name) noexcept {
+  if (name.empty() || name.front() < 'a' || name.front() > 'z') return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 std::uint64_t partition::first_replica(std::uint64_t listed) const {

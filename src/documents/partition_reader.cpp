@@ -32,20 +32,6 @@ bool mentions(std::string_view text, std::string_view word) {
 constexpr std::string_view core_keys =
     "format, ranks, world_size, mesh, reducer, theta, objective, normalizer, terms, description, expect, expect_error";
 
-std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept {
-  if (name == "data") return mesh_role::data;
-  if (name == "sequence") return mesh_role::sequence;
-  if (name == "replica") return mesh_role::replica;
-  return std::nullopt;
-}
-
-// A mesh dimension's or an auxiliary term's name: [a-z][a-z0-9_]*.
-bool is_identifier(std::string_view name) {
-  if (name.empty() || name.front() < 'a' || name.front() > 'z') return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
-}
-
 // Half-open positions [start, end) of a whole sequence.
 struct position_range {
   std::uint64_t start = 0;
@@ -386,7 +372,7 @@ private:
         dim.size = json_.integer("size", 1, std::numeric_limits<std::uint64_t>::max(), error_code::schema_error);
         saw_size = true;
       } else if (key == "role") {
-        dim.role = json_.named("role", mesh_role_from_name, "data, sequence or replica");
+        dim.role = json_.named("role", mesh_role_from_name, mesh_role_alternatives());
         saw_role = true;
       } else {
         json_.fail_unknown_key(key, "in a mesh dimension (it has \"name\", \"size\" and \"role\")");

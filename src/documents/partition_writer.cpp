@@ -25,6 +25,19 @@ void write_literal(json_writer& json, const rational& value, std::string_view wh
   json.literal(value);
 }
 
+// The mesh on the update, its data and sequence sizes multiplying to the ranks listed.
+partition laid_on_the_mesh(partition update, const std::vector<mesh_dim>& mesh) {
+  if (mesh.empty()) return update;
+  std::uint64_t ranks = 1;
+  for (const mesh_dim& dim : mesh)
+    if (dim.role != mesh_role::replica) ranks *= dim.size;
+  if (ranks != update.ranks.size())
+    refuse(error_code::world_size_mismatch, "the mesh's data and sequence sizes multiply to " + std::to_string(ranks) +
+                                                ", not to the " + std::to_string(update.ranks.size()) + " ranks");
+  update.mesh = mesh;
+  return update;
+}
+
 void write_tokens(json_writer& json, const std::vector<token>& tokens) {
   json.begin_array();
   for (const token& t : tokens) {
@@ -63,13 +76,89 @@ void write_microbatches(json_writer& json, const std::vector<std::vector<token>>
 }
 
 void write_rank(json_writer& json, const std::vector<std::vector<token>>& microbatches,
-                const std::vector<std::vector<token>>* weights,
-                const std::vector<std::vector<std::size_t>>* sequences) {
-  json.begin_object().key(microbatches.size() == 1 ? "targets" : "microbatches");
+                const std::vector<std::vector<token>>* weights, const std::vector<std::vector<std::size_t>>* sequences,
+                const std::vector<std::uint64_t>* coords = nullptr) {
+  json.begin_object();
+  if (coords) json.member("coords", *coords);
+  json.key(microbatches.size() == 1 ? "targets" : "microbatches");
   write_microbatches(json, microbatches, sequences);
   if (weights) {
     json.key("weights");
     write_microbatches(json, *weights, sequences);
+  }
+  json.end_object();
+}
+
+// The ranks of the whole mesh, in row-major order: each one's coordinates and the index in `ranks` of the first of
+// its replicas. Without a mesh, every rank is its own, without coordinates.
+struct listed_rank_of {
+  std::vector<std::uint64_t> coords;
+  std::size_t first = 0;
+};
+
+std::vector<listed_rank_of> mesh_ranks_of(const token_partition& tokens) {
+  std::vector<listed_rank_of> out;
+  if (tokens.mesh.empty()) {
+    for (std::size_t r = 0; r < tokens.ranks.size(); ++r) out.push_back({{}, r});
+    return out;
+  }
+  partition shape;
+  shape.mesh = tokens.mesh;
+  shape.ranks.resize(tokens.ranks.size());
+  std::vector<std::size_t> by_listed(shape.listed_ranks());
+  for (std::size_t r = 0; r < shape.ranks.size(); ++r) by_listed[shape.listed_rank(r)] = r;
+  for (std::uint64_t listed = 0; listed < shape.listed_ranks(); ++listed) {
+    listed_rank_of rank;
+    rank.coords.resize(tokens.mesh.size());
+    std::uint64_t rest = listed;
+    for (std::size_t d = tokens.mesh.size(); d-- > 0;) {
+      rank.coords[d] = rest % tokens.mesh[d].size;
+      rest /= tokens.mesh[d].size;
+    }
+    rank.first = by_listed[shape.first_replica(listed)];
+    out.push_back(std::move(rank));
+  }
+  return out;
+}
+
+void write_ranks(json_writer& json, const token_partition& tokens,
+                 const std::vector<std::vector<std::vector<token>>>& ranks, bool main) {
+  const bool weighted = main && !tokens.weights.empty();
+  json.key("ranks").begin_array(json_layout::lines);
+  for (const listed_rank_of& rank : mesh_ranks_of(tokens))
+    write_rank(json, ranks[rank.first], weighted ? &tokens.weights[rank.first] : nullptr,
+               !main || tokens.sequences.empty() ? nullptr : &tokens.sequences[rank.first],
+               tokens.mesh.empty() ? nullptr : &rank.coords);
+  json.end_array();
+}
+
+void write_vectors(json_writer& json, std::string_view key, const std::vector<rational>& values, std::size_t ranks) {
+  json.key(key).begin_array(json_layout::lines);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    json.begin_array();
+    for (const rational& value : values) write_literal(json, value, "a measured component");
+    json.end_array();
+  }
+  json.end_array();
+}
+
+void write_observed(json_writer& json, const token_partition& tokens, const document_options& options) {
+  const std::size_t ranks = mesh_ranks_of(tokens).size();
+  json.key("observed").begin_object(json_layout::lines);
+  write_vectors(json, "per_rank", options.observed->components, ranks);
+  write_vectors(json, "witness", options.observed->witness, ranks);
+  json.member("dtype", "exact");
+  if (!tokens.terms.empty()) {
+    if (options.observed_terms.size() != tokens.terms.size())
+      refuse(error_code::schema_error, "every term is measured once where the main loss is");
+    json.key("terms").begin_array(json_layout::lines);
+    for (std::size_t t = 0; t < tokens.terms.size(); ++t) {
+      json.begin_object().member("name", tokens.terms[t].name);
+      write_vectors(json, "per_rank", options.observed_terms[t].components, ranks);
+      write_vectors(json, "witness", options.observed_terms[t].witness, ranks);
+      json.end_object();
+    }
+    json.end_array();
   }
   json.end_object();
 }
@@ -92,6 +181,11 @@ void write_expect(json_writer& json, const std::vector<expectation>& expect) {
 }  // namespace
 
 partition to_partition(const token_partition& tokens) {
+  if (!tokens.mesh.empty()) {
+    token_partition flat = tokens;
+    flat.mesh.clear();
+    return laid_on_the_mesh(to_partition(flat), tokens.mesh);
+  }
   const bool weighted = !tokens.weights.empty();
   if (weighted && tokens.objective != objective_kind::token_mean)
     refuse(error_code::schema_error, "weights imply the weighted token mean; no other objective takes them");
@@ -170,6 +264,19 @@ partition to_partition(const token_partition& tokens) {
   return with_objective(std::move(update));
 }
 
+partition term_partition(const token_partition& tokens, std::size_t index) {
+  if (index >= tokens.terms.size()) refuse(error_code::schema_error, "no such term");
+  token_partition term;
+  term.ranks = tokens.terms[index].ranks;
+  term.theta = tokens.theta;
+  term.reducer = tokens.reducer;
+  if (term.ranks.size() != tokens.ranks.size())
+    refuse(error_code::schema_error, "a term lists one entry per rank of the update");
+  partition update = laid_on_the_mesh(to_partition(term), tokens.mesh);
+  update.loss_name = tokens.terms[index].name;
+  return update;
+}
+
 std::string write_document(const token_partition& tokens, const document_options& options) {
   std::string out;
   json_writer json(out);
@@ -212,11 +319,29 @@ void write_document(json_writer& json, const token_partition& tokens, const docu
       write_literal(json, update.normalizer, "the normalizer");
     }
   }
-  json.key("ranks").begin_array(json_layout::lines);
-  for (std::size_t r = 0; r < tokens.ranks.size(); ++r)
-    write_rank(json, tokens.ranks[r], weighted ? &tokens.weights[r] : nullptr,
-               tokens.sequences.empty() ? nullptr : &tokens.sequences[r]);
-  json.end_array();
+  if (!tokens.mesh.empty()) {
+    (void)to_partition(tokens);  // refuses a mesh whose sizes do not fit the ranks
+    json.key("mesh").begin_object().key("dims").begin_array();
+    for (const mesh_dim& dim : tokens.mesh)
+      json.begin_object()
+          .member("name", dim.name)
+          .member("size", std::uint64_t{dim.size})
+          .member("role", mesh_role_name(dim.role))
+          .end_object();
+    json.end_array().end_object();
+  }
+  write_ranks(json, tokens, tokens.ranks, true);
+  if (!tokens.terms.empty()) {
+    json.key("terms").begin_array(json_layout::lines);
+    for (const token_partition::term_tokens& term : tokens.terms) {
+      if (term.ranks.size() != tokens.ranks.size())
+        refuse(error_code::schema_error, "a term lists one entry per rank of the update");
+      json.begin_object(json_layout::lines).member("name", term.name);
+      write_ranks(json, tokens, term.ranks, false);
+      json.end_object();
+    }
+    json.end_array();
+  }
   if (options.declare_world_size) json.member("world_size", std::uint64_t{tokens.ranks.size()});
   json.member("reducer", reducer_name(tokens.reducer)).key("theta");
   write_literal(json, tokens.theta, "theta");
@@ -226,6 +351,7 @@ void write_document(json_writer& json, const token_partition& tokens, const docu
         .member("scale", *options.recipe_scale)
         .member("reducer", reducer_name(options.recipe_reducer))
         .end_object();
+  if (options.observed) write_observed(json, tokens, options);
   if (!options.expect.empty()) {
     json.key("expect");
     write_expect(json, options.expect);

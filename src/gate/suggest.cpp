@@ -329,8 +329,10 @@ suggestion suggest_with_sequences(std::uint64_t world_size, std::uint64_t microb
 
 }  // namespace
 
-suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
-                             objective_kind objective) {
+suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type, objective_kind objective,
+                             const std::vector<mesh_dim>& mesh) {
+  if (!mesh.empty() && objective != objective_kind::token_mean)
+    throw error(error_code::usage_error, "suggest lays a partition out on a mesh under the token mean only");
   if (declared_objective(objective)) return suggest_with_sequences(world_size, microbatches, type, objective);
   // Weights exact in every dtype, bfloat16 included; none is 0, so every token counts in the mass.
   const std::array<rational, 6> weights{fraction(1, 4), fraction(1, 2), fraction(3, 4),
@@ -338,6 +340,7 @@ suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatche
   const bool weighted = objective == objective_kind::weighted_token_mean;
   constexpr std::uint64_t most_tokens = 4;  // per microbatch
   return best_of(400, 0x9E3779B97F4A7C15ull, type, [&](suggestion& candidate, detail::deterministic_random& random) {
+    candidate.tokens.mesh = mesh;  // the mesh's mistakes are then among the candidates (core/normalization)
     for (std::uint64_t r = 0; r < world_size; ++r) {
       std::vector<std::vector<token>> rank;
       std::vector<std::vector<token>> rank_weights;

@@ -201,6 +201,21 @@ bool nonzero_on_every_configuration(const polynomial& p, const count_domain& dom
     by[variable_index(v::M)] = by[variable_index(v::N)];
   }
   if (domain.constant) by[variable_index(v::C)] = slack(v::C);
+  // A mesh's sizes are at least 1, and a count reduced over one role's dimension holds the rank's (a relaxation:
+  // N ≥ N_dp + N_cp − nᵣ is not used, and nonzero on more configurations is nonzero on these). Beside a term the
+  // main loss's counts nest as the term's do, and its N is at least 1.
+  for (v size : {v::data_size, v::sequence_size, v::replica_size})
+    by[variable_index(size)] = polynomial::constant(1) + slack(size);
+  by[variable_index(v::over_data)] = !domain.sequence_dimension ? by[variable_index(v::N)]
+                                     : !domain.data_dimension   ? by[variable_index(v::n_r)]
+                                                                : by[variable_index(v::n_r)] + slack(v::over_data);
+  by[variable_index(v::over_sequence)] = !domain.sequence_dimension ? by[variable_index(v::n_r)]
+                                         : !domain.data_dimension
+                                             ? by[variable_index(v::N)]
+                                             : by[variable_index(v::n_r)] + slack(v::over_sequence);
+  by[variable_index(v::main_n_m)] = slack(v::main_n_m);
+  by[variable_index(v::main_n_r)] = slack(v::main_n_m) + slack(v::main_n_r);
+  by[variable_index(v::main_N)] = slack(v::main_n_m) + slack(v::main_n_r) + slack(v::main_N);
   polynomial in_slacks;
   try {
     in_slacks = p.substitute(by);
@@ -219,6 +234,8 @@ bool nonzero_on_every_configuration(const polynomial& p, const count_domain& dom
                                              : std::vector<v>{v::n_m, v::n_r, v::N});
   if (domain.weighted) positive_groups.push_back({v::m_m, v::m_r, v::M});
   if (domain.sequences && domain.sequences_required) positive_groups.push_back({v::b_m, v::b_r, v::B});
+  if (p.uses(v::main_N) || p.uses(v::main_n_r) || p.uses(v::main_n_m))
+    positive_groups.push_back({v::main_n_m, v::main_n_r, v::main_N});
   std::vector<std::size_t> choice(positive_groups.size(), 0);
   for (;;) {
     const bool some_term = std::any_of(in_slacks.terms().begin(), in_slacks.terms().end(), [&](const auto& term) {

@@ -65,6 +65,10 @@ struct count_domain {
   bool sequences = false;  ///< a group's tokens 0 ≤ n_s ≤ nₘ and sequence counts 0 ≤ bₘ ≤ bᵣ ≤ B (else n_s = nₘ, B = 0)
   bool sequences_required = false;  ///< B ≥ 1: every microbatch with a valid token declares its sequences
   bool constant = false;   ///< a normalizer C > 0 (else C does not occur)
+  /// On a mesh, whether it has a data and a sequence dimension: without a sequence dimension the count over the
+  /// data one is N and the count over the sequence one nᵣ, and the reverse.
+  bool data_dimension = true;
+  bool sequence_dimension = true;
 };
 
 /// Whether `p` is provably nonzero on every configuration of `domain` (W ≥ 1, G ≥ 1, N ≥ 1, 0 ≤ nₘ ≤ nᵣ ≤ N,

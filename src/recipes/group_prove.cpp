@@ -59,6 +59,8 @@ group_scope scope_for(const recipe& r, objective_kind objective) {
   const bool four_token_groups = s.weighted && s.sequences;
   s.world_size = four_token_groups ? weighted_world_size : scope_world_size;
   s.microbatches = four_token_groups ? weighted_microbatches : scope_microbatches;
+  s.mesh = r.scale.names().mesh();
+  s.term = r.scale.names().term();
   return s;
 }
 
@@ -76,10 +78,13 @@ std::vector<count_variable> objective_variables(objective_kind objective) {
   return {count_variable::N};
 }
 
-// Whether the judgement at a group can depend on `v`.
+// Whether the judgement at a group can depend on `v`. On a mesh W is DP·CP, so the sizes matter where W does.
 bool relevant(const group_scope& s, const recipe& r, count_variable v) {
   if (r.scale.uses(v)) return true;
+  const bool world_size_read = s.reducer == reducer_kind::mean || r.scale.uses(count_variable::W);
   if (v == count_variable::W && s.reducer == reducer_kind::mean) return true;
+  if (v == count_variable::data_size && s.has(mesh_role::data) && world_size_read) return true;
+  if (v == count_variable::sequence_size && s.has(mesh_role::sequence) && world_size_read) return true;
   const std::vector<count_variable> read = objective_variables(s.objective);
   return std::find(read.begin(), read.end(), v) != read.end();
 }
@@ -113,6 +118,18 @@ count_values values_of(const count_configuration& c) {
   v[variable_index(count_variable::b_m)] = q.microbatch_sequences;
   v[variable_index(count_variable::n_s)] = q.group_tokens;
   if (c.normalizer) v[variable_index(count_variable::C)] = *c.normalizer;
+  // Without a mesh the update is one data dimension; without a term the main loss is the loss judged.
+  const mesh_counts m = c.mesh.value_or(mesh_counts{c.world_size, 1, 1, c.valid_tokens, c.rank_tokens});
+  v[variable_index(count_variable::data_size)] = m.data;
+  v[variable_index(count_variable::sequence_size)] = m.sequence;
+  v[variable_index(count_variable::replica_size)] = m.replica;
+  v[variable_index(count_variable::over_data)] = m.over_data;
+  v[variable_index(count_variable::over_sequence)] = m.over_sequence;
+  const main_loss_counts main =
+      c.main_loss.value_or(main_loss_counts{c.valid_tokens, c.rank_tokens, c.microbatch_tokens});
+  v[variable_index(count_variable::main_N)] = main.valid_tokens;
+  v[variable_index(count_variable::main_n_r)] = main.rank_tokens;
+  v[variable_index(count_variable::main_n_m)] = main.microbatch_tokens;
   return v;
 }
 
@@ -162,7 +179,44 @@ namespace {
 struct group_view {
   std::uint64_t w = 1, g = 1, n = 0, n_r = 0, n_m = 0, n_s = 0, b = 0, b_r = 0, b_m = 0;
   bool declared = false;
+  // On a mesh: its sizes, and the tokens of the other ranks of the group's sequence coordinate (along the data
+  // dimension) and of its data coordinate (along the sequence dimension).
+  std::uint64_t dp = 1, cp = 1, tp = 1, along_data = 0, along_sequence = 0;
+  // Beside a term: the main loss's counts.
+  std::uint64_t main_n = 0, main_n_r = 0, main_n_m = 0;
 };
+
+// The sizes of a mesh of w ranks (DP·CP = w), TP beside them.
+struct mesh_shape {
+  std::uint64_t dp = 1, cp = 1, tp = 1;
+};
+
+// The replica sizes of the scope: 3, 2 and 1 where the recipe reads TP (the judgement depends on nothing else of
+// it), else 2.
+std::vector<std::uint64_t> replica_sizes(const group_scope& s, bool reads_replicas) {
+  if (!s.has(mesh_role::replica)) return {1};
+  if (!reads_replicas) return {2};
+  return {3, 2, 1};  // 3 first: a factor of TP then differs from a data or sequence size of 2
+}
+
+// The shapes of w ranks on the scope's mesh, a size above 1 only along a role it has. `full`: those whose every
+// dimension has a size of 2 or more (tried first, so that a counterexample is on the mesh as declared where one
+// exists there), else the others. Without a mesh, one shape, full.
+std::vector<mesh_shape> shapes_of(const group_scope& s, std::uint64_t w, bool reads_replicas, bool full) {
+  if (s.mesh.empty()) return full ? std::vector<mesh_shape>{{w, 1, 1}} : std::vector<mesh_shape>{};
+  std::vector<mesh_shape> out;
+  for (std::uint64_t dp = 1; dp <= w; ++dp) {
+    if (w % dp != 0) continue;
+    const std::uint64_t cp = w / dp;
+    if ((dp > 1 && !s.has(mesh_role::data)) || (cp > 1 && !s.has(mesh_role::sequence))) continue;
+    for (std::uint64_t tp : replica_sizes(s, reads_replicas)) {
+      const bool is_full = (!s.has(mesh_role::data) || dp >= 2) && (!s.has(mesh_role::sequence) || cp >= 2) &&
+                           (!s.has(mesh_role::replica) || tp >= 2);
+      if (is_full == full) out.push_back({dp, cp, tp});
+    }
+  }
+  return out;
+}
 
 // The fewest sequences that hold `tokens` valid tokens in microbatches of at most scope_tokens, when every
 // microbatch with a token declares sequences; none otherwise.
@@ -175,58 +229,115 @@ std::uint64_t fewest_sequences(std::uint64_t tokens, bool required) {
 // with 1 to scope_sequences of them. A microbatch's sequences hold all its tokens, so the group's microbatch
 // holds n_m − n_s more tokens in b_m − [n_s > 0] more sequences with tokens; any number of further sequences
 // without tokens changes no count.
+//
+// On a mesh the views run over its shapes (W = DP·CP), each full shape before the others, and the other ranks'
+// tokens are split between the group's sequence coordinate, its data coordinate and the rest where the recipe
+// reads a count reduced over one role (`splits`). Beside a term, the main loss's counts run over every rank and
+// microbatch of at most scope_tokens tokens where the recipe reads them (`main_counts`).
+struct view_options {
+  bool splits = false;
+  bool main_counts = false;
+  bool reads_replicas = false;
+};
+
 template <typename Visit>
-void each_view(const group_scope& s, Visit&& visit) {
+void each_view_of_shapes(const group_scope& s, const view_options& options, bool full, Visit& visit) {
   const std::uint64_t per_rank = s.microbatches * scope_tokens;
+  // The main loss's counts beside a view, or the view itself where the recipe does not read them.
+  auto with_main = [&](group_view v) {
+    if (!options.main_counts) {
+      v.main_n = v.n;
+      v.main_n_r = v.n_r;
+      v.main_n_m = v.n_m;
+      return visit(v);
+    }
+    for (std::uint64_t n_m = 0; n_m <= scope_tokens; ++n_m)
+      for (std::uint64_t rest = 0; rest <= (v.g - 1) * scope_tokens; ++rest)
+        for (std::uint64_t others = 0; others <= (v.w - 1) * per_rank; ++others) {
+          if (n_m + rest + others == 0) continue;
+          v.main_n_m = n_m;
+          v.main_n_r = n_m + rest;
+          v.main_n = n_m + rest + others;
+          visit(v);
+        }
+  };
+  // The other ranks' tokens split over the mesh.
+  auto with_split = [&](group_view v) {
+    const std::uint64_t others = v.n - v.n_r;
+    if (!options.splits) {
+      v.along_data = v.dp > 1 ? others : 0;  // without a sequence dimension every other rank is along the data one
+      v.along_sequence = v.dp > 1 ? 0 : others;
+      return with_main(v);
+    }
+    const std::uint64_t corner = (v.dp - 1) * (v.cp - 1) * per_rank;
+    for (std::uint64_t a = 0; a <= std::min(others, (v.dp - 1) * per_rank); ++a)
+      for (std::uint64_t b = 0; a + b <= others && b <= (v.cp - 1) * per_rank; ++b) {
+        if (others - a - b > corner) continue;
+        v.along_data = a;
+        v.along_sequence = b;
+        with_main(v);
+      }
+  };
   for (std::uint64_t n = 1; n <= s.world_size * per_rank; ++n)
     for (std::uint64_t w = 1; w <= s.world_size; ++w)
-      for (std::uint64_t g = 1; g <= s.microbatches; ++g) {
-        auto with_rest = [&](group_view v) {
-          v.w = w;
-          v.g = g;
-          v.n = n;
-          for (std::uint64_t rest = 0; rest <= (g - 1) * scope_tokens; ++rest) {
-            v.n_r = v.n_m + rest;
-            if (v.n_r > n) break;
-            const std::uint64_t others = n - v.n_r;
-            if (others > (w - 1) * per_rank) continue;
-            const std::uint64_t rest_most = s.sequences ? rest : 0;
-            const std::uint64_t others_most = s.sequences ? others : 0;
-            for (std::uint64_t rest_sequences = fewest_sequences(rest, s.required); rest_sequences <= rest_most;
-                 ++rest_sequences)
-              for (std::uint64_t other_sequences = fewest_sequences(others, s.required);
-                   other_sequences <= others_most; ++other_sequences) {
-                v.b_r = v.b_m + rest_sequences;
-                v.b = v.b_r + other_sequences;
-                visit(v);
-              }
-          }
-        };
-        // A microbatch without tokens and without sequences shows the counts of one whose sequences hold none.
-        if (!s.required)
-          for (std::uint64_t n_m = s.sequences ? 1 : 0; n_m <= scope_tokens; ++n_m) {
-            group_view v;
-            v.n_m = v.n_s = n_m;
-            with_rest(v);
-          }
-        if (s.sequences)
-          for (std::uint64_t n_s = 0; n_s <= scope_tokens; ++n_s)
-            for (std::uint64_t more = 0; n_s + more <= scope_tokens; ++more)
-              for (std::uint64_t more_sequences = std::min<std::uint64_t>(more, 1);
-                   more_sequences <= std::min(more, scope_sequences - 1); ++more_sequences) {
-                group_view v;
-                v.declared = true;
-                v.n_s = n_s;
-                v.n_m = n_s + more;
-                v.b_m = (n_s > 0 ? 1 : 0) + more_sequences;
-                with_rest(v);
-              }
-      }
+      for (const mesh_shape& shape : shapes_of(s, w, options.reads_replicas, full))
+        for (std::uint64_t g = 1; g <= s.microbatches; ++g) {
+          auto with_rest = [&](group_view v) {
+            v.w = w;
+            v.g = g;
+            v.n = n;
+            v.dp = shape.dp;
+            v.cp = shape.cp;
+            v.tp = shape.tp;
+            for (std::uint64_t rest = 0; rest <= (g - 1) * scope_tokens; ++rest) {
+              v.n_r = v.n_m + rest;
+              if (v.n_r > n) break;
+              const std::uint64_t others = n - v.n_r;
+              if (others > (w - 1) * per_rank) continue;
+              const std::uint64_t rest_most = s.sequences ? rest : 0;
+              const std::uint64_t others_most = s.sequences ? others : 0;
+              for (std::uint64_t rest_sequences = fewest_sequences(rest, s.required); rest_sequences <= rest_most;
+                   ++rest_sequences)
+                for (std::uint64_t other_sequences = fewest_sequences(others, s.required);
+                     other_sequences <= others_most; ++other_sequences) {
+                  v.b_r = v.b_m + rest_sequences;
+                  v.b = v.b_r + other_sequences;
+                  with_split(v);
+                }
+            }
+          };
+          // A microbatch without tokens and without sequences shows the counts of one whose sequences hold none.
+          if (!s.required)
+            for (std::uint64_t n_m = s.sequences ? 1 : 0; n_m <= scope_tokens; ++n_m) {
+              group_view v;
+              v.n_m = v.n_s = n_m;
+              with_rest(v);
+            }
+          if (s.sequences)
+            for (std::uint64_t n_s = 0; n_s <= scope_tokens; ++n_s)
+              for (std::uint64_t more = 0; n_s + more <= scope_tokens; ++more)
+                for (std::uint64_t more_sequences = std::min<std::uint64_t>(more, 1);
+                     more_sequences <= std::min(more, scope_sequences - 1); ++more_sequences) {
+                  group_view v;
+                  v.declared = true;
+                  v.n_s = n_s;
+                  v.n_m = n_s + more;
+                  v.b_m = (n_s > 0 ? 1 : 0) + more_sequences;
+                  with_rest(v);
+                }
+        }
+}
+
+template <typename Visit>
+void each_view(const group_scope& s, const view_options& options, Visit&& visit) {
+  for (const bool full : {true, false}) each_view_of_shapes(s, options, full, visit);
 }
 
 // Partitions in the exhaustive scope: ordered ranks of ordered microbatches, each a token count or a list of
 // sequences' token counts, with at least one valid token.
-integer scope_partitions(const group_scope& s) {
+// On a mesh each W counts once per shape of the scope; beside a term, each rank holds the term's microbatches and as
+// many of the main loss's, and both losses hold a valid token.
+integer scope_partitions(const group_scope& s, bool reads_replicas) {
   // Shapes of one microbatch: without sequences (0 to scope_tokens tokens; only an empty one where every
   // microbatch with a token declares sequences), or k sequences sharing at most scope_tokens tokens.
   integer shapes = s.required ? 1 : scope_tokens + 1;
@@ -238,16 +349,32 @@ integer scope_partitions(const group_scope& s) {
       shapes += ways;
       empty_shapes += 1;
     }
+  const integer main_shapes = scope_tokens + 1;  // beside a term: the main loss's microbatches, without sequences
   integer ranks = 0;
   integer empty_ranks = 0;
+  integer main_empty_ranks = 0;  // the term's tokens beside a main loss without any
+  integer both_empty_ranks = 0;
   for (std::uint64_t g = 1; g <= s.microbatches; ++g) {
-    ranks += boost::multiprecision::pow(shapes, static_cast<unsigned>(g));
-    empty_ranks += boost::multiprecision::pow(empty_shapes, static_cast<unsigned>(g));
+    const auto power = [g](const integer& x) { return boost::multiprecision::pow(x, static_cast<unsigned>(g)); };
+    if (s.term.empty()) {
+      ranks += power(shapes);
+      empty_ranks += power(empty_shapes);
+    } else {
+      ranks += power(shapes * main_shapes);
+      empty_ranks += power(empty_shapes * main_shapes);
+      main_empty_ranks += power(shapes);
+      both_empty_ranks += power(empty_shapes);
+    }
   }
   integer total = 0;
-  for (std::uint64_t w = 1; w <= s.world_size; ++w)
-    total += boost::multiprecision::pow(ranks, static_cast<unsigned>(w)) -
-             boost::multiprecision::pow(empty_ranks, static_cast<unsigned>(w));
+  for (std::uint64_t w = 1; w <= s.world_size; ++w) {
+    const auto power = [w](const integer& x) { return boost::multiprecision::pow(x, static_cast<unsigned>(w)); };
+    integer of_w = power(ranks) - power(empty_ranks);
+    if (!s.term.empty()) of_w += power(both_empty_ranks) - power(main_empty_ranks);
+    const std::size_t shapes_of_w =
+        shapes_of(s, w, reads_replicas, true).size() + shapes_of(s, w, reads_replicas, false).size();
+    total += of_w * static_cast<unsigned>(shapes_of_w);
+  }
   return total;
 }
 
@@ -266,6 +393,8 @@ count_configuration configuration_of(const group_scope& s, const group_view& v, 
     c.group_mass = group;
   }
   if (normalizer) c.normalizer = *normalizer;
+  if (!s.mesh.empty()) c.mesh = mesh_counts{v.dp, v.cp, v.tp, v.n_r + v.along_data, v.n_r + v.along_sequence};
+  if (!s.term.empty()) c.main_loss = main_loss_counts{v.main_n, v.main_n_r, v.main_n_m};
   return c;
 }
 
@@ -303,10 +432,40 @@ void deal(std::vector<std::vector<token>*> slots, std::vector<std::vector<std::s
   }
 }
 
+// The scope's mesh with the configuration's sizes.
+std::vector<mesh_dim> mesh_of(const group_scope& s, const count_configuration& c) {
+  std::vector<mesh_dim> dims = s.mesh;
+  for (mesh_dim& dim : dims)
+    dim.size = dim.role == mesh_role::data       ? c.mesh->data
+               : dim.role == mesh_role::sequence ? c.mesh->sequence
+                                                 : c.mesh->replica;
+  return dims;
+}
+
+// Deals the other ranks' tokens (target `target`) on the mesh: `along_data` to the other ranks of rank 0's
+// sequence coordinate, `along_sequence` to those of its data coordinate, the rest to the others.
+void deal_on_the_mesh(std::vector<std::vector<std::vector<token>>>& ranks, const std::vector<mesh_dim>& mesh,
+                      std::uint64_t others, std::uint64_t along_data, std::uint64_t along_sequence,
+                      const rational& target) {
+  partition shape;
+  shape.mesh = mesh;
+  shape.ranks.resize(ranks.size());
+  std::array<std::vector<std::vector<token>*>, 3> slots;  // along data, along sequence, the rest
+  for (std::size_t r = 1; r < ranks.size(); ++r) {
+    const bool same_sequence = shape.mesh_index(r, mesh_role::sequence) == 0;
+    const bool same_data = shape.mesh_index(r, mesh_role::data) == 0;
+    slots[same_sequence ? 0 : same_data ? 1 : 2].push_back(&ranks[r][0]);
+  }
+  const std::array<std::uint64_t, 3> counts{along_data, along_sequence, others - along_data - along_sequence};
+  for (std::size_t k = 0; k < 3; ++k)
+    for (std::uint64_t i = 0; i < counts[k]; ++i) slots[k][i % slots[k].size()]->emplace_back(target);
+}
+
 }  // namespace
 
 // A partition whose rank 0, microbatch 0, first group has the configuration's counts; that group's tokens have
-// target 1 and all others 0 at θ = 0, so the group alone decides the gradient.
+// target 1 and all others 0 at θ = 0, so the group alone decides the gradient. On a mesh, rank 0 has every
+// coordinate 0; beside a term, the group is the term's (`terms[0]`) and `ranks` the main loss's.
 token_partition partition_for(const group_scope& s, const count_configuration& c) {
   const sequence_counts q = sequences_of(c);
   token_partition tokens;
@@ -331,13 +490,33 @@ token_partition partition_for(const group_scope& s, const count_configuration& c
   std::vector<std::vector<std::vector<std::size_t>>> lengths{std::move(first_lengths)};
   ranks.resize(c.world_size, std::vector<std::vector<token>>(1));
   lengths.resize(c.world_size, std::vector<std::vector<std::size_t>>(1));
-  std::vector<std::vector<token>*> others;
-  std::vector<std::vector<std::size_t>*> other_lengths;
-  for (std::size_t r = 1; r < ranks.size(); ++r) {
-    others.push_back(&ranks[r][0]);
-    other_lengths.push_back(&lengths[r][0]);
+  tokens.mesh = mesh_of(s, c);
+  if (tokens.mesh.empty()) {
+    std::vector<std::vector<token>*> others;
+    std::vector<std::vector<std::size_t>*> other_lengths;
+    for (std::size_t r = 1; r < ranks.size(); ++r) {
+      others.push_back(&ranks[r][0]);
+      other_lengths.push_back(&lengths[r][0]);
+    }
+    deal(others, other_lengths, c.valid_tokens - c.rank_tokens, q.sequences - q.rank_sequences);
+  } else {
+    deal_on_the_mesh(ranks, tokens.mesh, c.valid_tokens - c.rank_tokens, c.mesh->over_data - c.rank_tokens,
+                     c.mesh->over_sequence - c.rank_tokens, rational(0));
   }
-  deal(others, other_lengths, c.valid_tokens - c.rank_tokens, q.sequences - q.rank_sequences);
+  if (c.main_loss) {
+    // The main loss's tokens, target 1 (a loss the gate can judge), laid out as the term's: rank 0's first
+    // microbatch, the rest of rank 0, the other ranks.
+    const main_loss_counts& main = *c.main_loss;
+    std::vector<std::vector<std::vector<token>>> main_ranks(c.world_size, std::vector<std::vector<token>>(1));
+    main_ranks[0].resize(c.microbatches);
+    main_ranks[0][0].assign(main.microbatch_tokens, token(rational(1)));
+    for (std::uint64_t i = 0; i < main.rank_tokens - main.microbatch_tokens; ++i)
+      main_ranks[0][1 + i % (c.microbatches - 1)].emplace_back(rational(1));
+    for (std::uint64_t i = 0; i < main.valid_tokens - main.rank_tokens; ++i)
+      main_ranks[1 + i % (c.world_size - 1)][0].emplace_back(rational(1));
+    tokens.terms.push_back({s.term, std::move(ranks)});
+    ranks = std::move(main_ranks);
+  }
   // A microbatch with tokens but no sequence (a plain one) keeps no lengths; a sequenced microbatch whose
   // tokens fill no sequence cannot occur.
   tokens.ranks = std::move(ranks);
@@ -401,7 +580,12 @@ std::string list_of(const std::vector<std::string>& items) {
 // One proof: the scopes in order, each finding kept until one refutes the recipe.
 class group_prover {
 public:
-  group_prover(const recipe& r, objective_kind objective) : recipe_(r), scope_(scope_for(r, objective)) {}
+  group_prover(const recipe& r, objective_kind objective) : recipe_(r), scope_(scope_for(r, objective)) {
+    using cv = count_variable;
+    view_options_.splits = r.scale.uses(cv::over_data) || r.scale.uses(cv::over_sequence);
+    view_options_.main_counts = r.scale.uses(cv::main_N) || r.scale.uses(cv::main_n_r) || r.scale.uses(cv::main_n_m);
+    view_options_.reads_replicas = r.scale.uses(cv::replica_size);
+  }
 
   proof_result run() {
     exhaustive_scope();
@@ -426,8 +610,7 @@ private:
     if (j.result == outcome::wrong && !first_wrong_) {
       token_partition tokens = partition_for(scope_, c);
       tokens.reducer = recipe_.reducer;
-      if (++replays_ > replay_attempts || recipe_gradient(to_partition(tokens), recipe_).value)
-        first_wrong_.emplace(c, j);
+      if (++replays_ > replay_attempts || judged_gradient(tokens, recipe_).value) first_wrong_.emplace(c, j);
     }
     if (j.result == outcome::divides_by_zero && !first_zero_) first_zero_.emplace(c, j);
   }
@@ -452,6 +635,14 @@ private:
     set(count_variable::b_r, v.b_r);
     set(count_variable::b_m, v.b_m);
     set(count_variable::n_s, v.n_s);
+    set(count_variable::data_size, v.dp);
+    set(count_variable::sequence_size, v.cp);
+    set(count_variable::replica_size, v.tp);
+    set(count_variable::over_data, v.n_r + v.along_data);
+    set(count_variable::over_sequence, v.n_r + v.along_sequence);
+    set(count_variable::main_N, v.main_n);
+    set(count_variable::main_n_r, v.main_n_r);
+    set(count_variable::main_n_m, v.main_n_m);
     auto once = [&](view_key key, const std::array<rational, 4>* weights, const rational* normalizer) {
       ++judged_configurations_;
       auto found = memo.find(key);
@@ -504,7 +695,7 @@ private:
   void exhaustive_scope() {
     std::unordered_map<view_key, judged, view_key_hash> memo;
     std::uint64_t views = 0;
-    each_view(scope_, [&](const group_view& v) {
+    each_view(scope_, view_options_, [&](const group_view& v) {
       ++views;
       judge_view(v, memo);
     });
@@ -520,8 +711,11 @@ private:
     else
       text += ", each microbatch declaring 1 to " + std::to_string(scope_sequences) +
               " sequences (sequences without a valid token included) or none";
-    text += " (" + grouped(scope_partitions(scope_).str()) + " partitions, through the " + grouped(views) +
-            " distinct " + (scope_.sequences ? "(W, G, N, n_r, n_m, n_s, B, b_r, b_m)" : "(W, N, n_r, n_m, G)") +
+    text += on_the_mesh() + beside_the_term();
+    text += " (" + grouped(scope_partitions(scope_, view_options_.reads_replicas).str()) +
+            (scope_.term.empty() ? " partitions" : " pairs of the two losses' partitions") + ", through the " +
+            grouped(views) + " distinct " +
+            (scope_.sequences ? "(W, G, N, n_r, n_m, n_s, B, b_r, b_m)" : "(" + view_names() + ")") +
             " a group of them can see";
     if (scope_.constant) {
       std::vector<std::string> values;
@@ -533,7 +727,55 @@ private:
               (scope_.sequences ? "group, of the rest of its microbatch," : "microbatch,") +
               " of the rest of its rank and of the other ranks weighing 0, 1/2, 1 or 2 each (" +
               grouped(judged_configurations_) + " configurations with M > 0)";
-    result_.coverage = text + "), smallest N first";
+    result_.coverage = text + ")" + (scope_.mesh.empty() ? "" : ", every dimension of size 2 or more first") +
+                       ", smallest " + names().spelling(count_variable::N) + " first";
+  }
+
+  const recipe_names& names() const { return recipe_.scale.names(); }
+
+  // "W, N, n_r, n_m, G", and the mesh's or the main loss's names the recipe reads.
+  std::string view_names() const {
+    std::vector<std::string> read;
+    for (count_variable v :
+         {count_variable::W, count_variable::N, count_variable::n_r, count_variable::n_m, count_variable::G})
+      read.push_back(names().spelling(v));
+    for (std::size_t i = update_variables; i < all_count_variables.size(); ++i)
+      if (relevant(scope_, recipe_, all_count_variables[i])) read.push_back(names().spelling(all_count_variables[i]));
+    return list_of(read);
+  }
+
+  // ", laid out on dp (data) × cp (sequence) × tp (replica): W = DP·CP in every factorization, TP = 2".
+  std::string on_the_mesh() const {
+    if (scope_.mesh.empty()) return "";
+    std::string dims;
+    for (const mesh_dim& dim : scope_.mesh)
+      dims += (dims.empty() ? "" : " × ") + dim.name + " (" + std::string(mesh_role_name(dim.role)) + ")";
+    std::string sizes;
+    const mesh_dim* data = names().dimension(mesh_role::data);
+    const mesh_dim* sequence = names().dimension(mesh_role::sequence);
+    const mesh_dim* replica = names().dimension(mesh_role::replica);
+    auto size = [&](const mesh_dim* dim) {
+      return names().spelling(dim == data       ? count_variable::data_size
+                              : dim == sequence ? count_variable::sequence_size
+                                                : count_variable::replica_size);
+    };
+    if (data && sequence)
+      sizes = ": W = " + size(data) + "·" + size(sequence) + " in every factorization";
+    else if (data || sequence)
+      sizes = ": W = " + size(data ? data : sequence);
+    if (replica)
+      sizes += std::string(sizes.empty() ? ": " : ", ") + size(replica) +
+               (view_options_.reads_replicas ? " from 1 to 3" : " = 2 (the recipe does not read it)");
+    return ", laid out on the mesh " + dims + sizes + " (replicas counted once in N)";
+  }
+
+  // ", the term mtp's tokens beside the main loss's, each rank's microbatches of both holding at most 3 tokens".
+  std::string beside_the_term() const {
+    if (scope_.term.empty()) return "";
+    return ", the term " + scope_.term + "'s tokens (" + names().spelling(count_variable::N) +
+           ", …) beside the main loss's (" + names().spelling(count_variable::main_N) +
+           ", …), each rank holding as many microbatches of both" +
+           (view_options_.main_counts ? "" : " (the main loss's counts do not matter: the recipe does not read them)");
   }
 
   // A random configuration far beyond the exhaustive scope.
@@ -575,6 +817,17 @@ private:
       if (q.declared) q.sequences = q.rank_sequences = q.microbatch_sequences = 1;
     }
     if (scope_.sequences) c.sequences = q;
+    if (!scope_.mesh.empty()) lay_out_on_a_mesh(c, random);
+    if (!scope_.term.empty()) {
+      main_loss_counts main;
+      main.microbatch_tokens = random.below(most_tokens + 1);
+      main.rank_tokens =
+          main.microbatch_tokens + (c.microbatches > 1 ? random.below(most_tokens * (c.microbatches - 1) + 1) : 0);
+      main.valid_tokens =
+          main.rank_tokens + (c.world_size > 1 ? random.below(16 * most_tokens * (c.world_size - 1) + 1) : 0);
+      if (main.valid_tokens == 0) main.valid_tokens = main.rank_tokens = main.microbatch_tokens = 1;
+      c.main_loss = main;
+    }
     if (scope_.weighted) {
       std::array<rational, 4> weights;
       for (rational& w : weights) w = fraction(random.below(17), 1 + random.below(8));
@@ -592,6 +845,33 @@ private:
     return c;
   }
 
+  // A random mesh under a configuration drawn without one: each size up to 8 along a role the mesh has, W their
+  // product, and the other ranks' tokens split at random between the group's sequence coordinate, its data
+  // coordinate and the rest (sequences are not drawn: the mesh's scopes hold none).
+  void lay_out_on_a_mesh(count_configuration& c, deterministic_random& random) const {
+    mesh_counts m;
+    m.data = scope_.has(mesh_role::data) ? 1 + random.below(8) : 1;
+    m.sequence = scope_.has(mesh_role::sequence) ? 1 + random.below(8) : 1;
+    m.replica = scope_.has(mesh_role::replica) ? 1 + random.below(8) : 1;
+    c.world_size = m.data * m.sequence;
+    if (c.world_size == 1) c.valid_tokens = c.rank_tokens;
+    if (c.valid_tokens == 0) c.valid_tokens = c.rank_tokens = c.microbatch_tokens = 1;
+    const std::uint64_t others = c.valid_tokens - c.rank_tokens;
+    std::uint64_t along_data = 0;
+    std::uint64_t along_sequence = 0;
+    if (m.data > 1 && m.sequence > 1) {
+      along_data = random.below(others + 1);
+      along_sequence = random.below(others - along_data + 1);
+    } else if (m.data > 1) {
+      along_data = others;
+    } else {
+      along_sequence = others;
+    }
+    m.over_data = c.rank_tokens + along_data;
+    m.over_sequence = c.rank_tokens + along_sequence;
+    c.mesh = m;
+  }
+
   void random_scope() {
     deterministic_random random(0x2545F4914F6CDD1Dull);
     for (int i = 0; i < random_configurations && !first_wrong_; ++i) {
@@ -599,8 +879,9 @@ private:
       const judged j = judge(scope_, recipe_, c);
       if (!settled(j.result)) note(c, j);
     }
-    result_.coverage += "; " + std::to_string(random_configurations) +
-                        " random configurations with W ≤ 64, G ≤ 16, up to 1000 tokens per microbatch" +
+    result_.coverage += "; " + std::to_string(random_configurations) + " random configurations with " +
+                        (scope_.mesh.empty() ? "W ≤ 64" : "each dimension's size ≤ 8") +
+                        ", G ≤ 16, up to 1000 tokens per microbatch" +
                         (scope_.sequences ? " in up to 64 sequences" : "") +
                         (scope_.weighted ? " and per-group token weights p/q with p ≤ 16, q ≤ 8" : "") +
                         (scope_.constant ? " and C = p/q with p ≤ 64, q ≤ 8" : "");
@@ -611,7 +892,12 @@ private:
   // configurations drawn as in the random scope), and one that is found is a division by zero there. A divisor
   // neither shown nonzero nor found zero keeps the recipe from being proved.
   void divisors_beyond_the_scopes() {
-    const count_domain domain{scope_.weighted, scope_.sequences, scope_.required, scope_.constant};
+    const count_domain domain{scope_.weighted,
+                              scope_.sequences,
+                              scope_.required,
+                              scope_.constant,
+                              scope_.mesh.empty() || scope_.has(mesh_role::data),
+                              scope_.mesh.empty() || scope_.has(mesh_role::sequence)};
     std::vector<std::string> seen;
     for (const recipe_divisor& divisor : divisors_of(recipe_.scale)) {
       if (std::find(seen.begin(), seen.end(), divisor.text) != seen.end()) continue;
@@ -673,6 +959,9 @@ private:
                                                 const polynomial& numerator) const {
     constexpr std::uint64_t most_tokens = 1'000'000;
     constexpr std::uint64_t most_ranks_or_microbatches = 10'000;
+    // On a mesh or beside a term the other counts would have to grow with the value: not solved for (a divisor
+    // neither shown nonzero nor found 0 leaves the recipe checked, not proved).
+    if (!scope_.mesh.empty() || !scope_.term.empty()) return std::nullopt;
     using cv = count_variable;
     if (v == cv::C) {
       if (!scope_.constant) return std::nullopt;
@@ -687,10 +976,11 @@ private:
       sequence_counts q = sequences_of(c);
       const bool sequence_name = v == cv::B || v == cv::b_r || v == cv::b_m || v == cv::n_s;
       if (sequence_name && !c.sequences) return std::nullopt;
-      std::uint64_t* slot[] = {&c.world_size,     &c.valid_tokens,   &c.rank_tokens, &c.microbatch_tokens,
-                               &c.microbatches,   nullptr,           nullptr,        nullptr,
-                               &q.sequences,      &q.rank_sequences, &q.microbatch_sequences, &q.group_tokens};
-      static_assert(std::size(slot) + 1 == all_count_variables.size());
+      if (variable_index(v) >= update_variables) return std::nullopt;  // a mesh's or the main loss's: not solved for
+      std::uint64_t* slot[] = {
+          &c.world_size, &c.valid_tokens, &c.rank_tokens,    &c.microbatch_tokens,    &c.microbatches, nullptr, nullptr,
+          nullptr,       &q.sequences,    &q.rank_sequences, &q.microbatch_sequences, &q.group_tokens};
+      static_assert(std::size(slot) + 1 == update_variables);
       std::uint64_t* at = slot[variable_index(v)];
       if (at == nullptr) return std::nullopt;
       // What holds the value grows with it: n_s, nₘ, nᵣ and N nest, and so do bₘ, bᵣ and B.
@@ -758,7 +1048,10 @@ private:
   void decide_for_all_counts() {
     const auto [numerator_degree, denominator_degree] = recipe_.scale.degree_bound();
     const unsigned units_degree = scope_.objective == objective_kind::sequence_mean ? 2 : 1;
-    const unsigned degree = std::max(numerator_degree, denominator_degree) + units_degree;
+    // On a mesh of data and sequence dimensions W is DP·CP: written in the sizes, every degree at most doubles.
+    const bool world_size_a_product = scope_.has(mesh_role::data) && scope_.has(mesh_role::sequence);
+    const unsigned degree =
+        (std::max(numerator_degree, denominator_degree) + units_degree) * (world_size_a_product ? 2 : 1);
     const std::string where_defined = first_zero_ ? " where it is defined" : "";
     if (degree > largest_decided_degree) {
       result_.coverage += "; the expression's degree bound " + std::to_string(degree) +
@@ -772,7 +1065,11 @@ private:
     };
     // Each range starts above the ranges of what it must hold: n_m holds the group's n_s tokens and b_m − 1 more
     // sequences of at least one token, n_r holds n_m and b_r − b_m sequences more, and so on.
-    add(count_variable::W, 2);
+    // On a mesh W is the product of the data and sequence sizes, which are the axes (TP beside them).
+    if (scope_.mesh.empty()) add(count_variable::W, 2);
+    if (scope_.has(mesh_role::data)) add(count_variable::data_size, 2);
+    if (scope_.has(mesh_role::sequence)) add(count_variable::sequence_size, 2);
+    if (scope_.has(mesh_role::replica)) add(count_variable::replica_size, 2);
     add(count_variable::G, 2);
     if (scope_.sequences) {
       add(count_variable::n_s, 1);
@@ -782,10 +1079,22 @@ private:
       add(count_variable::n_r, 5 * d + 3);
       add(count_variable::B, 2 * d + 4);
       add(count_variable::N, 8 * d + 4);
+    } else if (world_size_a_product) {
+      // N_dp and N_cp each hold n_r and more; N holds both: N ≥ N_dp + N_cp − n_r.
+      add(count_variable::n_m, 1);
+      add(count_variable::n_r, d + 2);
+      add(count_variable::over_data, 2 * d + 3);
+      add(count_variable::over_sequence, 3 * d + 4);
+      add(count_variable::N, 6 * d + 6);
     } else {
       add(count_variable::n_m, 1);
       add(count_variable::n_r, d + 2);
       add(count_variable::N, 2 * d + 3);
+    }
+    if (!scope_.term.empty()) {
+      add(count_variable::main_n_m, 1);
+      add(count_variable::main_n_r, d + 2);
+      add(count_variable::main_N, 2 * d + 3);
     }
     if (scope_.weighted) {
       add(count_variable::m_m, 1);
@@ -820,6 +1129,27 @@ private:
         if (scope_.sequences) c.group_mass = fraction(value(count_variable::m_m), 2);
       }
       if (scope_.constant) c.normalizer = rational(value(count_variable::C));
+      if (!scope_.mesh.empty()) {
+        // A size without an axis is 1; without a sequence dimension the count over the data one is N (and the
+        // count over the sequence dimension nᵣ), and the reverse.
+        auto extent = [&](mesh_role role, count_variable v) { return scope_.has(role) ? value(v) : std::uint64_t{1}; };
+        mesh_counts m{extent(mesh_role::data, count_variable::data_size),
+                      extent(mesh_role::sequence, count_variable::sequence_size),
+                      extent(mesh_role::replica, count_variable::replica_size), c.rank_tokens, c.rank_tokens};
+        if (world_size_a_product) {
+          m.over_data = value(count_variable::over_data);
+          m.over_sequence = value(count_variable::over_sequence);
+        } else if (scope_.has(mesh_role::data)) {
+          m.over_data = c.valid_tokens;
+        } else {
+          m.over_sequence = c.valid_tokens;
+        }
+        c.world_size = m.data * m.sequence;
+        c.mesh = m;
+      }
+      if (!scope_.term.empty())
+        c.main_loss = main_loss_counts{value(count_variable::main_N), value(count_variable::main_n_r),
+                                       value(count_variable::main_n_m)};
       const judged j = judge(scope_, recipe_, c);
       if (j.result == outcome::divides_by_zero) undefined_somewhere = true;
       if (!settled(j.result)) note(c, j);
@@ -828,7 +1158,7 @@ private:
       if (!next_point(axes, at)) break;
     }
     std::vector<std::string> read;
-    for (count_variable v : objective_variables(scope_.objective)) read.emplace_back(variable_name(v));
+    for (count_variable v : objective_variables(scope_.objective)) read.emplace_back(names().spelling(v));
     const std::string units = read.size() == 1 ? read.front() : "(" + read[0] + "·" + read[1] + ")";
     if (undefined_somewhere) {
       result_.coverage += "; no grid point where it is defined refutes it, but some grid point divides by zero, so "
@@ -849,12 +1179,16 @@ private:
     result_.coverage += std::string(first_zero_ ? "; wherever it is defined it gives the objective's gradient" : "") +
                         "; proved for all " + (scope_.weighted ? "counts and masses" : "counts") + ": c·" + units +
                         " − d has a numerator of degree at most " + std::to_string(degree) +
+                        (world_size_a_product ? " once W is written as " + names().spelling(count_variable::data_size) +
+                                                    "·" + names().spelling(count_variable::sequence_size)
+                                              : std::string()) +
                         " and vanishes on a grid of " + grouped(points) + " configurations (" +
                         std::to_string(degree + 1) + " values of each variable it depends on)";
   }
 
   const recipe& recipe_;
   group_scope scope_;
+  view_options view_options_;
   proof_result result_;
   std::optional<std::pair<count_configuration, judged>> first_wrong_;
   std::optional<std::pair<count_configuration, judged>> first_zero_;

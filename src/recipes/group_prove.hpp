@@ -5,18 +5,28 @@
 
 #include "normcheck/recipes/prove.hpp"
 
+#include <algorithm>
+
 namespace normcheck::detail {
 
 /// What the scopes hold for one recipe and objective.
 struct group_scope {
   objective_kind objective = objective_kind::token_mean;  ///< what the recipe must give
-  reducer_kind reducer = reducer_kind::mean;               ///< the recipe's reducer
-  bool weighted = false;                                   ///< masses beside the counts
-  bool constant = false;                                   ///< a declared normalizer C
-  bool sequences = false;         ///< groups may be sequences: the recipe or the objective reads them
-  bool required = false;          ///< every microbatch with a valid token declares sequences (the sequence objectives)
-  std::uint64_t world_size = 0;   ///< W ≤ this in the exhaustive scope
-  std::uint64_t microbatches = 0; ///< G ≤ this in the exhaustive scope
+  reducer_kind reducer = reducer_kind::mean;              ///< the recipe's reducer
+  bool weighted = false;                                  ///< masses beside the counts
+  bool constant = false;                                  ///< a declared normalizer C
+  bool sequences = false;          ///< groups may be sequences: the recipe or the objective reads them
+  bool required = false;           ///< every microbatch with a valid token declares sequences (the sequence objectives)
+  std::uint64_t world_size = 0;    ///< W ≤ this in the exhaustive scope
+  std::uint64_t microbatches = 0;  ///< G ≤ this in the exhaustive scope
+  /// The device mesh the partitions are laid out on (sizes unset), empty without one: at most one dimension of
+  /// each role, W = DP·CP.
+  std::vector<mesh_dim> mesh;
+  std::string term;  ///< the auxiliary term whose group is judged, beside the main loss; empty without one
+
+  bool has(mesh_role role) const {
+    return std::any_of(mesh.begin(), mesh.end(), [role](const mesh_dim& d) { return d.role == role; });
+  }
 };
 
 /// The scopes for `r` under `objective`.

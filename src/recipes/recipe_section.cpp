@@ -22,17 +22,9 @@ void recipe_section::read(std::string_view, field_reader& in) {
   std::string_view key;
   while (in.next_member(key)) {
     if (key == "scale") {
-      const std::uint64_t scale_offset = in.value_offset();
-      const std::string text(in.text("recipe.scale"));
-      try {
-        parsed.scale = recipe_expression::parse(text);
-      } catch (const error& e) {
-        // The expression's column, counted from the string's opening quote.
-        const std::uint64_t inside = e.where() ? e.where()->offset : 0;
-        error located(e.code(), e.message(), in.locate(scale_offset + 1 + inside));
-        in.mark_if_cut_off(located);  // a cut-off file never meets its expect_error
-        throw located;
-      }
+      // Parsed once the whole file is read (`settle`): a mesh's names (N_dp, CP, …) may follow the recipe.
+      scale_offset_ = in.value_offset();
+      scale_text_ = std::string(in.text("recipe.scale"));
       saw_scale = true;
     } else if (key == "reducer") {
       parsed.reducer = in.named("recipe.reducer", reducer_from_name, reducer_alternatives());
@@ -56,6 +48,15 @@ void recipe_section::read_expect(std::string_view, field_reader& in) {
 
 void recipe_section::settle(const partition_file& document, field_reader& in) {
   if (!normalization_) return;
+  try {
+    normalization_->scale = recipe_expression::parse(scale_text_, recipe_names::of_document(document.update.mesh));
+  } catch (const error& e) {
+    // The expression's column, counted from the string's opening quote.
+    const std::uint64_t inside = e.where() ? e.where()->offset : 0;
+    error located(e.code(), e.message(), in.locate(scale_offset_ + 1 + inside));
+    in.mark_if_cut_off(located);  // a cut-off file never meets its expect_error
+    throw located;
+  }
   if (!reducer_given_) normalization_->reducer = document.update.reducer;
   if (document.update.objective != objective_kind::weighted_token_mean)
     if (const std::optional<count_variable> mass = normalization_->scale.mass_variable())

@@ -10,7 +10,9 @@
                                             docs/ names a file that exists, the README's dump example is
                                             diagnosed as it says (gate fail, local_mean), and so is
                                             docs/format.md's auxiliary term (term mtp: main_count), every
-                                            line it quotes from the report being the report's
+                                            line it quotes from the report being the report's, and every
+                                            command docs/recipes.md shows on a mesh and beside a term prints
+                                            the lines it quotes
 
 Needs python3-jsonschema (Debian). Exit 0 passed, 1 failed.
 """
@@ -20,6 +22,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -133,6 +136,7 @@ def readme(normcheck, root):
                 print(f"FAIL {os.path.relpath(page, root)}: the excerpt line {line!r} is not in docs/python.md's run")
                 failures += 1
     failures += terms_example(normcheck, root)
+    failures += recipes_examples(normcheck, root)
     print(f"README.md: {lines} lines; links checked in README.md and docs/")
     return failures
 
@@ -159,6 +163,30 @@ def terms_example(normcheck, root):
         if line not in report_lines:
             print(f"FAIL docs/format.md: the quoted line {line!r} is not in the report of its example")
             failures += 1
+    return failures
+
+
+def recipes_examples(normcheck, root):
+    """docs/recipes.md's worked examples on a mesh and beside a term: every `$ normcheck …` command shown prints
+    every line quoted under it (`  ...` stands for lines left out)."""
+    with open(os.path.join(root, "docs", "recipes.md"), encoding="utf-8") as f:
+        section = f.read().split("### On a device mesh, and beside an auxiliary term", 1)[1].split("\n## ", 1)[0]
+    failures = 0
+    commands = 0
+    for language, block in re.findall(r"```(\w*)\n(.*?)```", section, re.S):
+        for run in re.split(r"^\$ ", block, flags=re.M)[1:]:
+            command, *quoted = run.splitlines()
+            args = shlex.split(command)
+            done = subprocess.run([normcheck, *args[1:]], capture_output=True, text=True, timeout=600)
+            commands += 1
+            printed = set(done.stdout.splitlines())
+            for line in quoted:
+                if line.strip() != "..." and line not in printed:
+                    print(f"FAIL docs/recipes.md: {command!r} does not print the quoted line {line!r}")
+                    failures += 1
+    if commands == 0:
+        print("FAIL docs/recipes.md: no example on a mesh or beside a term")
+        failures += 1
     return failures
 
 

@@ -1,10 +1,14 @@
 // The recipe language: parsing, errors with their column, exact evaluation, and prove's verdicts.
 
 #include "normcheck/core/errors.hpp"
+#include "normcheck/documents/partition_reader.hpp"
+#include "normcheck/gate/gate_section.hpp"
 #include "normcheck/recipes/prove.hpp"
 #include "normcheck/check/check.hpp"
 #include "normcheck/documents/partition_reader.hpp"
 #include "normcheck/recipes/recipe_section.hpp"
+
+#include <algorithm>
 
 #include <doctest/doctest.h>
 
@@ -276,4 +280,119 @@ TEST_CASE("under every declared objective a divisor that vanishes beyond the sco
         proof_verdict::proved);
   CHECK(prove_recipe(make("W / B * (B + N) / (B + N)", reducer_kind::mean), objective_kind::sequence_sum_mean)
             .verdict == proof_verdict::proved);
+}
+
+namespace {
+
+recipe on_mesh(std::string_view scale, std::string_view mesh, reducer_kind reducer = reducer_kind::mean) {
+  return recipe{recipe_expression::parse(scale, recipe_names(recipe_names::parse_mesh(mesh), "")), reducer};
+}
+
+recipe for_term(std::string_view scale, std::string_view term) {
+  return recipe{recipe_expression::parse(scale, recipe_names({}, std::string(term))), reducer_kind::mean};
+}
+
+// The gate's explanations of a counterexample document, the main loss's and every term's.
+std::vector<std::string> named_by_check(const std::string& document) {
+  const file_report report = check_text(document, "counterexample");
+  REQUIRE(report.document);
+  CHECK(report.status == file_status::fail);
+  const gate_section* gate = report.document->find_section<gate_section>();
+  REQUIRE(gate);
+  REQUIRE(gate->result());
+  std::vector<std::string> names;
+  for (const explanation& e : gate->result()->diagnosis) names.push_back(e.name);
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a mesh's names are its dimensions' sizes in capitals and the counts reduced over one role") {
+  const recipe_names names(recipe_names::parse_mesh("dp:data,cp:sequence,tp:replica"), "");
+  CHECK(names.spelling(count_variable::data_size) == "DP");
+  CHECK(names.spelling(count_variable::sequence_size) == "CP");
+  CHECK(names.spelling(count_variable::replica_size) == "TP");
+  CHECK(names.spelling(count_variable::over_data) == "N_dp");
+  CHECK(names.spelling(count_variable::over_sequence) == "N_cp");
+  CHECK(names.find("N_cp") == count_variable::over_sequence);
+  CHECK_FALSE(names.offers(count_variable::main_N));
+  // Without a mesh none of them is a name.
+  CHECK(parse_error_of("W / N_dp").code() == error_code::recipe_error);
+  CHECK(parse_error_of("TP / N").code() == error_code::recipe_error);
+  const recipe_names term({}, "mtp");
+  CHECK(term.spelling(count_variable::N) == "N_mtp");
+  CHECK(term.spelling(count_variable::n_r) == "n_r_mtp");
+  CHECK(term.spelling(count_variable::main_N) == "N");
+}
+
+TEST_CASE("a bad --mesh is a usage error with its column") {
+  auto refused = [](std::string_view text) {
+    try {
+      recipe_names::parse_mesh(text);
+    } catch (const error& e) {
+      CHECK(e.code() == error_code::usage_error);
+      return e;
+    }
+    FAIL("expected a usage_error for ", text);
+    return error(error_code::recipe_error, "");
+  };
+  CHECK(refused("").message().find("empty") != std::string::npos);
+  CHECK(refused("dp").message().find("name:role") != std::string::npos);
+  const error role = refused("dp:data,cp:seq");
+  CHECK(role.message().find("data, sequence or replica") != std::string::npos);
+  CHECK(role.where()->column == 12);
+  CHECK(refused("Dp:data").message().find("[a-z]") != std::string::npos);
+  CHECK(refused("dp:data,dp:sequence").message().find("twice") != std::string::npos);
+  CHECK(refused("dp:data,pp:data").message().find("both have the role data") != std::string::npos);
+  CHECK(refused("n:data").message().find("spelled N") != std::string::npos);  // its size would be N
+}
+
+TEST_CASE("on a mesh prove decides the counts a rank can reduce") {
+  const std::string mesh = "dp:data,cp:sequence,tp:replica";
+  CHECK(prove_recipe(on_mesh("W / N", mesh)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(on_mesh("DP * CP / N", mesh)).verdict == proof_verdict::proved);
+  CHECK(prove_recipe(on_mesh("1 / N", mesh, reducer_kind::sum)).verdict == proof_verdict::proved);
+  // The deliberate mistakes: counted over dp only (verl #5983), on every tp rank, per cp rank, per cp group.
+  CHECK(prove_recipe(on_mesh("W / N_dp", mesh)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(on_mesh("W * TP / N", mesh)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(on_mesh("W / (TP * N)", mesh)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(on_mesh("1 / n_r", mesh)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(on_mesh("CP / N_cp", mesh)).verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(on_mesh("W / (CP * N)", mesh)).verdict == proof_verdict::wrong);
+  // A count reduced over the data dimension is the whole count where the mesh has no sequence dimension.
+  CHECK(prove_recipe(on_mesh("W / N_dp", "dp:data,tp:replica")).verdict == proof_verdict::proved);
+  CHECK_THROWS_AS(prove_recipe(on_mesh("W / N", mesh), objective_kind::sequence_mean), error);
+}
+
+TEST_CASE("a mesh recipe's counterexample is a file with the mesh that check fails and names") {
+  const proof_result result = prove_recipe(on_mesh("W / N_dp", "dp:data,cp:sequence"));
+  REQUIRE(result.verdict == proof_verdict::wrong);
+  REQUIRE(result.counterexample);
+  const count_configuration& where = result.counterexample->where;
+  REQUIRE(where.mesh);
+  CHECK(where.mesh->data >= 2);  // the mesh as declared: every dimension of size 2 or more first
+  CHECK(where.mesh->sequence >= 2);
+  const partition_file file =
+      read_partition(result.counterexample->document, "counterexample", {}, normcheck::standard_sections());
+  REQUIRE(file.update.mesh.size() == 2);
+  const recipe_section* part = file.find_section<recipe_section>();
+  REQUIRE(part);
+  REQUIRE(part->normalization());
+  const recipe_value value = recipe_gradient(file.update, *part->normalization());
+  REQUIRE(value.value);
+  CHECK(*value.value == *result.counterexample->recipe_gradient);
+  CHECK(*value.value != *gradient(file.update, strategy::global_mean));
+  const std::vector<std::string> names = named_by_check(result.counterexample->document);
+  CHECK(std::find(names.begin(), names.end(), "count_over_data_dims") != names.end());
+}
+
+TEST_CASE("beside a term prove tells the term's count from the main loss's") {
+  CHECK(prove_recipe(for_term("W / N_mtp", "mtp")).verdict == proof_verdict::proved);
+  const proof_result main_count = prove_recipe(for_term("W / N", "mtp"));  // Megatron-LM #2417
+  CHECK(main_count.verdict == proof_verdict::wrong);
+  CHECK(prove_recipe(for_term("1 / n_r_mtp", "mtp")).verdict == proof_verdict::wrong);
+  REQUIRE(main_count.counterexample);
+  REQUIRE(main_count.counterexample->where.main_loss);
+  const std::vector<std::string> names = named_by_check(main_count.counterexample->document);
+  CHECK(std::find(names.begin(), names.end(), "term mtp: main_count") != names.end());
 }

@@ -181,6 +181,13 @@ enum class mesh_role {
 
 /// "data", "sequence" or "replica".
 std::string_view mesh_role_name(mesh_role role) noexcept;
+/// The role spelled `name`, if any.
+std::optional<mesh_role> mesh_role_from_name(std::string_view name) noexcept;
+/// Every spelling, for messages: "data, sequence or replica".
+std::string mesh_role_alternatives();
+
+/// Whether `name` can name a mesh dimension or an auxiliary term: [a-z][a-z0-9_]*.
+bool is_identifier(std::string_view name) noexcept;
 
 /// One dimension of the device mesh: its name, its size and its role.
 struct mesh_dim {

@@ -30,7 +30,21 @@ struct token_partition {
   objective_kind objective = objective_kind::token_mean;
   /// C under the constant objective.
   rational normalizer;
+  /// The device mesh, dimensions with their sizes, empty without one: `ranks` then holds the first of each set of
+  /// replicas, numbered row-major over the other dimensions (as `partition::ranks`), and the document lists every
+  /// rank of the mesh with its coordinates, a replica with its first's tokens.
+  std::vector<mesh_dim> mesh;
+  /// An auxiliary term's tokens, shaped like `ranks` (as many microbatches on each rank), under the token mean.
+  struct term_tokens {
+    std::string name;
+    std::vector<std::vector<std::vector<token>>> ranks;
+  };
+  /// The auxiliary terms, in order; `to_partition` reads the main loss alone, `term_partition` a term.
+  std::vector<term_tokens> terms;
 };
+
+/// The partition of term `index` of `tokens`: its tokens on the main loss's ranks, mesh, reducer and θ.
+partition term_partition(const token_partition& tokens, std::size_t index);
 
 /// The partition the tokens describe.
 partition to_partition(const token_partition& tokens);
@@ -41,8 +55,17 @@ struct document_options {
   std::vector<expectation> expect;
   std::optional<error_code> expect_error;
   bool declare_world_size = false;
-  std::optional<std::string> recipe_scale;            ///< writes a `recipe` with this scale expression
-  reducer_kind recipe_reducer = reducer_kind::mean;   ///< the recipe's reducer
+  std::optional<std::string> recipe_scale;           ///< writes a `recipe` with this scale expression
+  reducer_kind recipe_reducer = reducer_kind::mean;  ///< the recipe's reducer
+  /// A measured gradient, one component per group, and its witness (docs/format.md, "Per-group observations").
+  struct measured_groups {
+    std::vector<rational> components;
+    std::vector<rational> witness;
+  };
+  /// Writes `observed` (dtype exact): every rank of the mesh holding the main loss's vectors, and each term's in
+  /// `observed.terms`, in the order of `token_partition::terms`.
+  std::optional<measured_groups> observed;
+  std::vector<measured_groups> observed_terms;  ///< one per term, when `observed` is given
 };
 
 /// A complete normcheck/1 document (JSON text, canonical exact values: integers as JSON numbers, other

@@ -35,9 +35,12 @@ struct suggestion {
 /// tokens (constant: the normalizer is the update's sequences times the longest, Dr. GRPO's B·L_max), and the
 /// mistakes include every computation the per-group gate knows: code written for another objective (the
 /// token mean's W·Sᵣ/N, say), per-rank sequence means, the sum of sequence means, the diagnosed normalizations.
-/// Deterministic.
+/// On a device mesh (`mesh`, each dimension with its size; then `world_size` must be its data and sequence sizes'
+/// product) the partition is laid out on it, a replica holding its first's tokens, and the mistakes include the
+/// mesh's (a count reduced over the wrong dimensions, or over the replicas too). Deterministic.
 suggestion suggest_partition(std::uint64_t world_size, std::uint64_t microbatches, dtype type,
-                             objective_kind objective = objective_kind::token_mean);
+                             objective_kind objective = objective_kind::token_mean,
+                             const std::vector<mesh_dim>& mesh = {});
 
 /// Valid-token counts of an update: counts[r][m] for microbatch m of rank r (ranks may differ in their
 /// number of microbatches; a count may be 0).

@@ -32,6 +32,25 @@ struct sequence_counts {
   std::uint64_t microbatch_sequences = 0;  ///< b_m
 };
 
+/// What a rank of a device mesh sees of it: the sizes of the dimensions with names (1 for a role without one),
+/// and the rank's count reduced over the data dimension only and over the sequence dimension only. W is
+/// data·sequence: the replicas of the replica dimension hold the same tokens, and their gradients are reduced
+/// over the other dimensions only, not averaged with each other.
+struct mesh_counts {
+  std::uint64_t data = 1;           ///< DP
+  std::uint64_t sequence = 1;       ///< CP
+  std::uint64_t replica = 1;        ///< TP
+  std::uint64_t over_data = 0;      ///< N_dp: the tokens of the ranks that share the rank's sequence coordinate
+  std::uint64_t over_sequence = 0;  ///< N_cp: the tokens of the ranks that share the rank's data coordinate
+};
+
+/// Beside an auxiliary term, the main loss's counts (the group judged is the term's).
+struct main_loss_counts {
+  std::uint64_t valid_tokens = 1;       ///< N
+  std::uint64_t rank_tokens = 0;        ///< n_r
+  std::uint64_t microbatch_tokens = 0;  ///< n_m
+};
+
 /// The counts one group sees (under the token and weighted means without sequences: one microbatch).
 struct count_configuration {
   std::uint64_t world_size = 1;        ///< W
@@ -42,14 +61,17 @@ struct count_configuration {
   /// The weight masses (M, mᵣ, mₘ) under the weighted objective; unset under the token mean, where
   /// they are the counts. A mass is 0 wherever its count is.
   std::optional<std::array<rational, 3>> masses;
-  std::optional<sequence_counts> sequences = std::nullopt;  ///< set in a scope with sequences
-  std::optional<rational> group_mass = std::nullopt;  ///< the group's own mass, weighted with sequences
-  std::optional<rational> normalizer = std::nullopt;  ///< C, under the constant objective
+  std::optional<sequence_counts> sequences = std::nullopt;   ///< set in a scope with sequences
+  std::optional<rational> group_mass = std::nullopt;         ///< the group's own mass, weighted with sequences
+  std::optional<rational> normalizer = std::nullopt;         ///< C, under the constant objective
+  std::optional<mesh_counts> mesh = std::nullopt;            ///< set on a device mesh
+  std::optional<main_loss_counts> main_loss = std::nullopt;  ///< set where a term's group is judged
 };
 
 /// "W = 2, N = 3, n_r = 1, n_m = 1, G = 1" (and ", M = …, m_r = …, m_m = …" with masses, ", n_s = …, B = …,
-/// b_r = …, b_m = …" with sequences, ", C = …" with a normalizer).
-std::string describe(const count_configuration& where);
+/// b_r = …, b_m = …" with sequences, ", C = …" with a normalizer, the mesh's and the main loss's counts as
+/// `names` spells them: ", DP = 2, CP = 2, N_dp = 2, N_cp = 3"; beside a term "N_mtp = 3, …, N = 4, …").
+std::string describe(const count_configuration& where, const recipe_names& names = {});
 
 /// How the question was settled.
 enum class proof_verdict {
@@ -70,7 +92,10 @@ struct recipe_counterexample {
   token_partition tokens;         ///< rank 0's first microbatch is the exposing one
   std::optional<rational> recipe_gradient;
   rational objective;
-  std::string document;           ///< a complete normcheck/1 file with the recipe; `check` fails it
+  std::string document;  ///< a complete normcheck/1 file with the recipe; `check` fails it
+  /// Whether `check` fails `document`: not for a term's scale that divides by zero, which no file can state (a
+  /// file's `recipe` scales its main loss, and an undefined scale has no measurement).
+  bool check_fails = true;
 };
 
 /// What `prove` found and what it covered.
@@ -86,14 +111,17 @@ struct proof_result {
 /// (weighted: with the token weights of each group drawn from {0, 1/2, 1, 2}; with sequences: 1 to 3 of them
 /// per microbatch; constant: C from a few values), by random larger scopes, and for all counts and masses by
 /// exact evaluation on a grid large enough for the expression's degree (checked, not proved, where that grid
-/// would pass a million configurations). One prover serves every objective, each group of tokens the objective
-/// weighs alike (a sequence, or a microbatch) judged on its own. Throws `error(recipe_error)` for a
-/// weight mass under another objective than the weighted token mean, and for C under another than constant.
+/// would pass a million configurations). With the names of a mesh (`r.scale.names()`), every partition is also
+/// laid out on that mesh (W = DP·CP ≤ 4 in every factorization, TP ≤ 3 where the recipe reads it, else 2);
+/// with a term's, the group judged is the term's and the main loss's counts are free beside it. Both under the
+/// token mean only: `error(recipe_error)` otherwise. One prover serves every objective, each group of tokens the
+/// objective weighs alike (a sequence, or a microbatch) judged on its own. Throws `error(recipe_error)` for a weight
+/// mass under another objective than the weighted token mean, and for C under another than constant.
 proof_result prove_recipe(const recipe& r, objective_kind objective = objective_kind::token_mean);
 
 /// The weight the objective gives a token of a group, in recipe variables: "1/N", "1/M", "1/(B·n_s)", "1/B" or
-/// "1/C".
-std::string_view objective_weight(objective_kind objective) noexcept;
+/// "1/C"; with the names of a term, its own count's spelling ("1/N_mtp").
+std::string objective_weight(objective_kind objective, const recipe_names& names = {});
 
 /// The scale each group multiplies its loss sum by for the objective's gradient under `reducer`, as a recipe that
 /// `prove_recipe` decides: "W / N" (sum: "1 / N"), "W / M", "W / (B * n_s)", "W / B" or "W / C". Under the

@@ -35,6 +35,8 @@ private:
   std::optional<recipe> normalization_;
   bool reducer_given_ = false;
   std::uint64_t offset_ = 0;
+  std::string scale_text_;          // the scale as written, parsed with the mesh's names in `settle`
+  std::uint64_t scale_offset_ = 0;  // where its string begins
   std::optional<std::optional<rational>> expected_;
   std::optional<recipe_value> result_;
 };
