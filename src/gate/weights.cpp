@@ -509,6 +509,12 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     forms.push_back({0, 0, "×(" + cp + "·" + tp + ")", 1, 1});
     forms.push_back({0, 0, "/(" + cp + "·" + tp + ")", -1, -1});
   }
+  // Every rank of the mesh, replicas included (a world size that counts them), where that is a name of its own.
+  if (const std::string whole = whole_mesh_factor_name(update); !whole.empty() && whole != tp &&
+                                                                 whole != "(" + cp + "·" + tp + ")") {
+    forms.push_back({1, 0, "×" + whole, 0, 1});
+    forms.push_back({-1, 0, "/" + whole, 0, -1});
+  }
   if (update.loss_weight != 1) {  // an auxiliary term's weight left out, or applied twice
     forms.push_back({0, 0, "/weight", 0, 0, -1});
     forms.push_back({0, 0, "×weight", 0, 0, 1});
