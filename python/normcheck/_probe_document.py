@@ -268,12 +268,14 @@ def _terms(parts: Sequence[RankRecord], geometry: Geometry, declared: Mapping[st
 
 def document(parts: Sequence[RankRecord], geometry: Geometry, *, objective: Objective,
              normalizer: Optional[Number], description: Optional[str], origin: str,
-             backend: str, terms: Mapping[str, TermDeclaration] = {}) -> Dict[str, Any]:
+             backend: str, terms: Mapping[str, TermDeclaration] = {},
+             accumulation_steps: Optional[int] = None) -> Dict[str, Any]:
     """The per-group normcheck/1 document of the step every record describes (rank order); raises ProbeError.
 
     ``description`` replaces the default one, which starts with ``origin`` (what probed which model)
     and names the ``backend``, the ranks and the reducer. ``terms`` holds the auxiliary terms' declarations
-    (``Probe.term``); a term recorded without one has weight 1 and the token mean.
+    (``Probe.term``); a term recorded without one has weight 1 and the token mean. ``accumulation_steps`` is
+    the nominal window the training is configured with, written where given.
     """
     errors = [p.error for p in parts if p.error]
     if errors:
@@ -358,4 +360,4 @@ def document(parts: Sequence[RankRecord], geometry: Geometry, *, objective: Obje
     mesh = [{"name": name, "size": size, "role": role} for name, size, role in geometry.mesh] or None
     return dump.document(ranks, weights=weights, world_size=len(parts), reducer=reducer, theta=0,
                          objective=objective, normalizer=normalizer, description=text, observed=seen, mesh=mesh,
-                         terms=term_entries or None)
+                         terms=term_entries or None, accumulation_steps=accumulation_steps)

@@ -222,7 +222,7 @@ def gathered(probe: "Probe", model: Optional[nn.Module], optimizer: Any, scaler:
             origin = f"normcheck.torch.Probe on {type(probe.module).__name__}, PyTorch {torch.__version__}"
             made = document(parts, geometry, objective=objective, normalizer=normalizer,
                             description=description or probe.description, origin=origin, backend=str(backend),
-                            terms=probe._term_declarations)
+                            terms=probe._term_declarations, accumulation_steps=probe.accumulation_steps)
             target, temporary = output_path(probe.directory, path, temporary=judge)
             dump.write(target, made)
             outcome = (_judged(probe, target, parts, geometry, framework, temporary is None or probe.keep) if judge

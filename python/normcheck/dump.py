@@ -397,7 +397,8 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
              observed: Optional[Mapping[str, Any]] = None, expect_gate: Optional[Mapping[str, Any]] = None,
              recipe: Optional[Mapping[str, str]] = None, normalizer: Any = None,
              mesh: Optional[Sequence[Mapping[str, Any]]] = None,
-             terms: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+             terms: Optional[Sequence[Mapping[str, Any]]] = None,
+             accumulation_steps: Optional[int] = None) -> Dict[str, Any]:
     """A normcheck/1 document (a dict of wire literals) from rank → microbatch → token values.
 
     ``ranks[r]`` is the list of rank r's microbatches in the order it accumulated them; a microbatch is
@@ -411,6 +412,8 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
     device mesh's dimensions, ``{"name": "dp", "size": 2, "role": "data"}`` each (roles: data, sequence,
     replica); the ranks are then in its row-major order and each gets its ``coords``. ``terms`` lists
     ``term()`` entries, the auxiliary loss terms, their ranks written as the main loss's are.
+    ``accumulation_steps`` is the nominal number of microbatches a window accumulates, as the training is
+    configured (no rank may hold more; a short last window holds fewer).
     """
     if not ranks:
         raise ValueError("a document needs at least one rank")
@@ -443,6 +446,11 @@ def document(ranks: Sequence[Sequence[Sequence[Any]]], *, weights: Optional[Sequ
         result["terms"] = declared
     if world_size is not None:
         result["world_size"] = _count(world_size, "world_size")
+    if accumulation_steps is not None:
+        steps = _count(accumulation_steps, "accumulation_steps")
+        if steps == 0:
+            raise ValueError("accumulation_steps must be a positive number of microbatches, not 0")
+        result["accumulation_steps"] = steps
     if reducer is not None:
         if reducer not in REDUCERS:
             raise ValueError(f"reducer must be 'mean' or 'sum', not {reducer!r}")

@@ -117,7 +117,7 @@ class Probe:
                  dtype: Optional[torch.dtype] = None, name: str = DEFAULT_NAME, executable: Optional[str] = None,
                  directory: Optional[str] = None, description: Optional[str] = None, keep: bool = False,
                  framework: Optional[Framework] = None, mesh: Any = None, sequence_dims: Sequence[str] = (),
-                 replica_dims: Sequence[str] = ()) -> None:
+                 replica_dims: Sequence[str] = (), accumulation_steps: Optional[int] = None) -> None:
         """Registers p on ``module`` as ``name`` (and on every site) and hooks it up.
 
         ``slots``: the groups (microbatches and sequences) one rank may record per step; p has
@@ -145,6 +145,9 @@ class Probe:
         parallelism: the replicas share one region of p, and their loss values are compared when the step
         is judged, check ``replica_losses``); every other dimension is a data dimension. The dump then
         carries the mesh, and normcheck names a count reduced over the wrong dimensions in its terms.
+        ``accumulation_steps``: the number of microbatches a window accumulates as the training is configured
+        (``gradient_accumulation_steps``, ``accumulate_grad_batches``), written into every dump; normcheck names a
+        short last window divided by it (``short_window``) only where it is given.
         """
         mesh_dims = self._mesh_dims(mesh, tuple(sequence_dims), tuple(replica_dims))
         if mesh_dims and world_size is None:
@@ -165,6 +168,9 @@ class Probe:
             raise ProbeError(f"framework is one of {', '.join(FRAMEWORKS)}, not {framework!r}")
         if capture not in CAPTURE_MODES:
             raise ProbeError(f"capture is 'reduction' or 'step', not {capture!r}")
+        if accumulation_steps is not None and (isinstance(accumulation_steps, bool)
+                                               or not isinstance(accumulation_steps, int) or accumulation_steps < 1):
+            raise ProbeError(f"accumulation_steps is a positive number of microbatches, not {accumulation_steps!r}")
         if rank is None:
             rank = dist.get_rank() if gather.distributed() else 0
         if not 0 <= rank < world_size:
@@ -179,6 +185,8 @@ class Probe:
         self.capture_mode = capture
         self.objective = objective
         self.normalizer = normalizer
+        self.accumulation_steps = accumulation_steps
+        """The nominal accumulation steps written into every dump, or None (an integration sets its framework's)."""
         self.executable = executable
         self.directory = directory
         self.description = description

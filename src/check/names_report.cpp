@@ -80,8 +80,8 @@ std::string names_text() {
       "A diagnosis is a normalization or another name, or another loss's count (\"count_of(mtp)\"); "
       "\"objective\" followed by a factor; a normalization followed by a factor, or by another objective in "
       "parentheses; any of these after a site's name and \": \", or after \"term \", an auxiliary term's name "
-      "and \": \". A factor is also the size of mesh dimensions (\"/cp\") or a plain number (\"×4\", "
-      "\"/3\").\n";
+      "and \": \". A factor is also the size of mesh dimensions or their product (\"/cp\", \"×(dp·tp)\") or a "
+      "plain number (\"×4\", \"/3\").\n";
   const recipe_names mesh(recipe_names::parse_mesh("dp:data,cp:sequence,tp:replica"), "");
   const recipe_names term({}, "mtp");
   out += "A recipe on a mesh (prove --mesh dp:data,cp:sequence,tp:replica) also reads " +

@@ -22,13 +22,16 @@ rational reducer_compensation(const objective_units& units) {
   return units.update().reducer == reducer_kind::mean ? rational(units.world_size()) : rational(1);
 }
 
-// The rows of the update: its sequences that hold a valid token, a microbatch without sequences counting as
-// one row when it holds one.
-std::uint64_t rows(const partition& update) {
+// The rows of the update, where the document declares them: its sequences that hold a valid token. A microbatch
+// that holds a valid token but declares no sequences may hold any number of rows (a flat token array says
+// nothing of its batch's shape): the rows are then unknown.
+std::optional<std::uint64_t> rows(const partition& update) {
   std::uint64_t total = 0;
   for (const rank_stats& rank : update.ranks)
-    for (const microbatch_stats& m : rank.microbatches)
-      total = add_counts(total, m.sequences ? m.sequence_count() : (m.valid_tokens > 0 ? 1 : 0));
+    for (const microbatch_stats& m : rank.microbatches) {
+      if (!m.sequences && m.valid_tokens > 0) return std::nullopt;
+      if (m.sequences) total = add_counts(total, m.sequence_count());
+    }
   return total;
 }
 
@@ -93,9 +96,11 @@ std::optional<rational> positions_counted(const objective_units& units, const gr
 
 std::optional<rational> labels_before_shift(const objective_units& units, const group_ref&) {
   const partition& update = units.update();
-  if (units.objective() != objective_kind::token_mean) return std::nullopt;
+  // One label more per row: defined only where the document declares its rows (its sequences).
+  const std::optional<std::uint64_t> declared = rows(update);
+  if (units.objective() != objective_kind::token_mean || !declared) return std::nullopt;
   // N + rows can pass max_count (every row holds a token): added as rationals.
-  rational c = reducer_compensation(units) / (rational(update.valid_tokens()) + rows(update));
+  rational c = reducer_compensation(units) / (rational(update.valid_tokens()) + *declared);
   return c;
 }
 
@@ -290,7 +295,7 @@ constexpr std::array<normalization, 15> diagnosed_table{{
      .level = scope::update,
      .coefficient = labels_before_shift,
      .computed = "the loss sum divided by the labels counted before the shift for next-token prediction: N plus one "
-                 "per row",
+                 "per row (the rows are the declared sequences that hold a valid token)",
      .why_wrong = "the first label of each row is never predicted",
      .remedy = "count the labels the loss sees, after the shift"},
     {.name = "microbatch_global_count",

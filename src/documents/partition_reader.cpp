@@ -30,7 +30,8 @@ bool mentions(std::string_view text, std::string_view word) {
 }
 
 constexpr std::string_view core_keys =
-    "format, ranks, world_size, mesh, reducer, theta, objective, normalizer, terms, description, expect, expect_error";
+    "format, ranks, world_size, mesh, reducer, theta, objective, normalizer, accumulation_steps, terms, description, "
+    "expect, expect_error";
 
 // Half-open positions [start, end) of a whole sequence.
 struct position_range {
@@ -104,6 +105,10 @@ public:
         file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
       } else if (key == "normalizer") {
         read_normalizer();
+      } else if (key == "accumulation_steps") {
+        accumulation_offset_ = json_.value_offset();
+        file_.update.accumulation_steps =
+            json_.integer("accumulation_steps", 1, std::numeric_limits<std::uint64_t>::max(), error_code::schema_error);
       } else if (key == "terms") {
         read_terms();
       } else if (key == "description") {
@@ -138,6 +143,7 @@ public:
     join_slices();
     check_weighting();
     check_objective();
+    check_accumulation();
     settle_terms();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
     if (file_.update.valid_tokens() == 0)
@@ -164,6 +170,21 @@ private:
                      to_string(file_.update.normalizer),
                  *normalizer_offset_);
     budget_.note_kept(file_.update.normalizer, json_, *normalizer_offset_);
+  }
+
+  // `accumulation_steps`, the nominal window: no rank accumulates more microbatches than it.
+  void check_accumulation() {
+    const partition& update = file_.update;
+    if (update.accumulation_steps == 0) return;
+    for (std::size_t r = 0; r < update.ranks.size(); ++r)
+      if (update.ranks[r].microbatches.size() > update.accumulation_steps)
+        json_.fail(error_code::schema_error,
+                   "rank " + std::to_string(update.listed_rank(r)) + " accumulates " +
+                       std::to_string(update.ranks[r].microbatches.size()) +
+                       " microbatches, but accumulation_steps declares windows of " +
+                       std::to_string(update.accumulation_steps) +
+                       ": a window holds at most the nominal number of microbatches (fewer in a short last one)",
+                   *accumulation_offset_);
   }
 
   // What the reader keeps of one loss while the document is read: its update and where its parts stand. The
@@ -286,6 +307,7 @@ private:
                        ": a term's tokens are on the main loss's ranks, one object per rank in the same order",
                    term.ranks_offset);
       update.mesh = main.mesh;
+      update.accumulation_steps = main.accumulation_steps;
       update.reducer = main.reducer;
       update.theta = main.theta;
       swap_loss(term.loss);
@@ -1198,6 +1220,7 @@ private:
   std::uint64_t positions_ = 0;  // valid tokens and padding read so far
   std::optional<std::uint64_t> objective_offset_;
   std::optional<std::uint64_t> normalizer_offset_;
+  std::optional<std::uint64_t> accumulation_offset_;
   std::optional<std::uint64_t> mesh_offset_;
   std::vector<std::pair<std::size_t, std::uint64_t>> coords_;          // each rank giving `coords`, and where
   std::map<std::size_t, std::vector<std::uint64_t>> given_coords_;     // those coordinates

@@ -122,11 +122,19 @@ std::vector<factor_mistake> factor_mistakes(const partition& update) {
     factors.push_back({"count_denominator", total_mass / rational(update.valid_tokens()), std::move(words.computed),
                        std::move(words.why_wrong)});
   }
-  // The sequence and replica dimensions' sizes, where they are not already a factor above (equal to W or G).
-  for (const mesh_role role : {mesh_role::sequence, mesh_role::replica}) {
-    const std::string cp = mesh_factor_name(update, role);
-    if (cp.empty()) continue;
-    const rational extent{update.mesh_extent(role)};
+  // The sequence and replica dimensions' sizes, and every rank of a mesh with replicas, where they are not
+  // already a factor above (equal to W or G).
+  struct mesh_factor {
+    std::string name;
+    rational extent;
+  };
+  std::vector<mesh_factor> mesh_factors;
+  for (const mesh_role role : {mesh_role::sequence, mesh_role::replica})
+    if (std::string name = mesh_factor_name(update, role); !name.empty())
+      mesh_factors.push_back({std::move(name), rational(update.mesh_extent(role))});
+  if (std::string whole = whole_mesh_factor_name(update); !whole.empty())
+    mesh_factors.push_back({std::move(whole), rational(update.listed_ranks())});
+  for (const auto& [cp, extent] : mesh_factors) {
     for (const bool divided : {true, false}) {
       const std::string label = (divided ? "/" : "×") + cp;
       rational factor = divided ? 1 / extent : extent;
@@ -419,6 +427,14 @@ std::string mesh_factor_name(const partition& update, mesh_role role) {
   return "(" + names + ")";
 }
 
+std::string whole_mesh_factor_name(const partition& update) {
+  if (update.mesh_extent(mesh_role::replica) < 2) return {};
+  std::string names;
+  for (const mesh_dim& dim : update.mesh)
+    if (dim.size > 1) names += (names.empty() ? "" : "·") + dim.name;
+  return "(" + names + ")";
+}
+
 mistake_words factor_words(std::string_view label, const partition& update) {
   if (const named_words* known = lookup(factor_table, label))
     return {std::string(known->computed), std::string(known->why_wrong)};
@@ -437,6 +453,21 @@ mistake_words factor_words(std::string_view label, const partition& update) {
     const std::string name = mesh_factor_name(update, known.role);
     if (!name.empty() && label == (known.divided ? "/" : "×") + name)
       return {mesh_spelled(known.computed, update), mesh_spelled(known.why_wrong, update)};
+  }
+  if (const std::string whole = whole_mesh_factor_name(update); !whole.empty()) {
+    const std::string size = std::to_string(update.listed_ranks());
+    if (label == "×" + whole)
+      return {mesh_spelled("multiplied by " + size + ", the size of the whole mesh, {replica} included", update),
+              mesh_spelled("the loss was scaled by a world size that counts every rank, the {replica} replicas too: "
+                           "they hold the same tokens and do not average the loss, only the ranks of {mesh} do "
+                           "(W = " + std::to_string(update.world_size()) + ")",
+                           update)};
+    if (label == "/" + whole)
+      return {mesh_spelled("divided by " + size + ", the size of the whole mesh, {replica} included", update),
+              mesh_spelled("the loss was averaged over every rank, or its count reduced over every rank, the "
+                           "{replica} replicas included: they hold the same tokens, so only the ranks of {mesh} "
+                           "divide (W = " + std::to_string(update.world_size()) + ")",
+                           update)};
   }
   const std::string text(label);
   const std::string how = label.front() == '/' ? "divided by " + text.substr(1)

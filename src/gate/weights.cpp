@@ -376,15 +376,33 @@ private:
   mutable std::optional<std::optional<std::size_t>> found_;
 };
 
-// The factor λ that the observation suggests for `table` (observed / predicted at the anchor group).
+// The factor λ that the observation suggests for `table` (observed / predicted at the anchor group). Where the
+// table gives the anchor no weight (a computation that leaves its microbatch out, as sequence_share does one that
+// declares no sequences), it is read at the group the table predicts most of instead.
 std::optional<rational> suggested_factor(const lazy_table& table, const judged_update& u, const measured& m,
                                          const anchor& at) {
   if (!at.group()) return std::nullopt;
   const group_place p = place_at(u.update, *at.group());
   const std::optional<rational> w = table.at(p.where);
-  if (!w || *w == 0) return std::nullopt;
-  rational predicted = *w * loss_gradient_sum(*p.stats, u.theta.theta);
-  rational factor = std::get<rational>((*m.primary)[p.index]) / predicted;
+  if (!w) return std::nullopt;
+  std::optional<std::pair<std::size_t, rational>> read;  // the group and what the table predicts there
+  if (*w != 0) {
+    read.emplace(p.index, *w * loss_gradient_sum(*p.stats, u.theta.theta));
+  } else {
+    rational largest;
+    each_group(u.update, [&](const group_place& q) {
+      const std::optional<rational> weight = table.at(q.where);
+      if (!weight || *weight == 0 || !m.primary->is_finite(q.index)) return true;
+      rational predicted = *weight * loss_gradient_sum(*q.stats, u.theta.theta);
+      if (abs(predicted) > largest) {
+        largest = abs(predicted);
+        read.emplace(q.index, std::move(predicted));
+      }
+      return true;
+    });
+  }
+  if (!read || read->second == 0) return std::nullopt;
+  rational factor = std::get<rational>((*m.primary)[read->first]) / read->second;
   return factor;
 }
 
@@ -395,6 +413,7 @@ struct factor_label {
   std::optional<std::uint64_t> window;  // k when the factor is G/k with k ≠ G
   factor_form form;
   bool named = false;  // a form in W and G, not a window or a bare number
+  bool declared = false;  // a short window of the declared nominal steps: its precondition holds, so no free factor
 };
 
 // The value of `form` on `update`, or nullopt where it is in G and the ranks accumulate differently.
@@ -435,8 +454,25 @@ std::optional<rational> value_on(const factor_form& form, const partition& updat
   return value;
 }
 
-// Every name of `factor` on `update`: each form in W and G it equals (at G = W, "/W" and "/G" both), else a
-// window G/k, else the number itself.
+// k where `factor` is G/k with k a whole number of steps other than G (at most 64), else nullopt.
+std::optional<std::uint64_t> window_ratio(const rational& factor, std::uint64_t g) {
+  if (g == 0 || factor <= 0) return std::nullopt;
+  const rational k = rational(g) / factor;
+  if (denominator(k) != 1 || k == rational(g) || k > 64) return std::nullopt;
+  return static_cast<std::uint64_t>(numerator(k));
+}
+
+// k where `factor` names a window of the update: G/k with k < G (another window), or k the nominal accumulation
+// steps the document declares, above G (a short window: every rank holds the same G < k microbatches).
+std::optional<std::uint64_t> window_steps(const rational& factor, const partition& update) {
+  const std::uint64_t g = update.common_accumulation();
+  const std::optional<std::uint64_t> k = window_ratio(factor, g);
+  if (!k || (*k > g && *k != update.accumulation_steps)) return std::nullopt;
+  return k;
+}
+
+// Every name of `factor` on `update`: each form in W and G it equals (at G = W, "/W" and "/G" both), and a
+// short window of the declared steps beside them; else another window G/k, else the number itself.
 std::vector<factor_label> labels_of(const rational& factor, const partition& update) {
   const std::uint64_t g = update.common_accumulation();
   struct symbolic {
@@ -473,6 +509,12 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     forms.push_back({0, 0, "×(" + cp + "·" + tp + ")", 1, 1});
     forms.push_back({0, 0, "/(" + cp + "·" + tp + ")", -1, -1});
   }
+  // Every rank of the mesh, replicas included (a world size that counts them), where that is a name of its own.
+  if (const std::string whole = whole_mesh_factor_name(update); !whole.empty() && whole != tp &&
+                                                                 whole != "(" + cp + "·" + tp + ")") {
+    forms.push_back({1, 0, "×" + whole, 0, 1});
+    forms.push_back({-1, 0, "/" + whole, 0, -1});
+  }
   if (update.loss_weight != 1) {  // an auxiliary term's weight left out, or applied twice
     forms.push_back({0, 0, "/weight", 0, 0, -1});
     forms.push_back({0, 0, "×weight", 0, 0, 1});
@@ -482,12 +524,19 @@ std::vector<factor_label> labels_of(const rational& factor, const partition& upd
     const factor_form form{s.w, s.g, rational(1), s.s, s.t, s.k};
     if (value_on(form, update) == factor) labels.push_back({s.text, std::nullopt, form, true});
   }
-  if (!labels.empty()) return labels;
-  if (g > 1) {
-    const rational k = rational(g) / factor;
-    if (denominator(k) == 1 && k > 0 && k != rational(g) && k <= 64)
-      return {{"×G/" + to_string(k), static_cast<std::uint64_t>(numerator(k)), {0, 1, 1 / k}, false}};
+  // G/k of the accumulation steps: a short window where k is the nominal number of steps the document declares
+  // (a whole window of fewer microbatches divided by it), given beside any name in W and G; a count over another
+  // window where k < G, only where nothing else names the factor.
+  if (const std::optional<std::uint64_t> k = window_steps(factor, update)) {
+    factor_label window{"×G/" + std::to_string(*k), *k, {0, 1, rational(1) / *k}, false};
+    if (*k > g) {
+      window.declared = true;
+      labels.push_back(std::move(window));
+    } else if (labels.empty() && g > 1) {
+      return {std::move(window)};
+    }
   }
+  if (!labels.empty()) return labels;
   const factor_form bare{0, 0, factor};
   if (denominator(factor) == 1) return {{"×" + to_string(factor), std::nullopt, bare, false}};
   if (numerator(factor) == 1) return {{"/" + denominator(factor).str(), std::nullopt, bare, false}};
@@ -603,6 +652,37 @@ std::optional<candidate> geometric_fit(const candidate& base, const judged_updat
   return candidate{"geometric", std::move(fitted), std::move(words), {}, {}, true, {}};
 }
 
+// What a factor that names nothing may be, where it has the shape of a named computation whose precondition the
+// document does not meet, and what would let the gate name it: G/k with k above G (a short window, without the
+// declared nominal steps k), and on the objective N/(N + k) (the labels counted before the shift, without the
+// declared rows, at most one a valid token). Empty otherwise.
+std::string unnamed_reading(const rational& factor, const candidate& base, const partition& update) {
+  std::string reading;
+  const std::uint64_t g = update.common_accumulation();
+  if (const std::optional<std::uint64_t> k = window_ratio(factor, g); k && *k > g && g > 1)
+    reading += "; it is G/" + std::to_string(*k) + " with G = " + std::to_string(g) + ": the window's " +
+               std::to_string(g) + " microbatches divided by " + std::to_string(*k) +
+               ", as a short last window divided by the nominal accumulation steps would be, but the document " +
+               (update.accumulation_steps == 0
+                    ? std::string("declares no accumulation_steps")
+                    : "declares accumulation_steps = " + std::to_string(update.accumulation_steps)) +
+               ", so it is not named short_window";
+  const normalization* shifted = find_normalization("count_before_shift");
+  if (base.name == "objective" && update.objective == objective_kind::token_mean && factor > 0 && factor < 1 &&
+      !shifted->coefficient(objective_units(update, update.objective), {})) {  // undefined: rows not declared
+    const rational n{update.valid_tokens()};
+    const rational extra = n / factor - n;  // the count the code divided by, N + extra: fewer rows than tokens
+    const rational count = n + extra;
+    if (denominator(extra) == 1 && extra < n)
+      reading += "; it is N/(N + " + to_string(extra) + ") with N = " + to_string(n) + ": the count " +
+                 to_string(count) + " holds " + to_string(extra) +
+                 " labels more than the valid tokens, as the labels counted before the shift would with " +
+                 to_string(extra) + " rows, but the document declares no sequences (rows) in its microbatches, so "
+                 "it is not named count_before_shift";
+  }
+  return reading;
+}
+
 // `base` times the simplest factor the observation suggests, if that accounts for every component: one
 // candidate for each name of the factor (`named_only`: only names in W and G, not windows or bare numbers).
 // `tried` holds whether that fits where a table equal to base's was tried already (the factor is then the same).
@@ -616,7 +696,7 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
   const rational factor = nearest_simple(*suggested, 64);
   if (factor == 0 || (factor < 0 && !negative) || factor == 1 || abs(numerator(factor)) > 4096) return {};
   const std::vector<factor_label> labels = labels_of(factor, update);
-  if (named_only && !labels.front().named) return {};
+  if (named_only && !labels.front().named && !labels.front().declared) return {};
   lazy_table table = base.table.scaled(factor);
   if (!tried) tried = table_fits(table, u, m);
   if (!*tried) return {};
@@ -629,6 +709,7 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
       name = *label.window > g ? "short_window" : "other_window";
       words = table_mistake_words(name, update);
       words.computed += " (" + base.name + " times G/" + std::to_string(*label.window) + ": divided by " +
+                        (label.declared ? "the declared accumulation_steps = " : std::string()) +
                         std::to_string(*label.window) + " where the window accumulated G = " + std::to_string(g) + ")";
     } else if (base.name == "objective") {
       words = table_mistake_words(name, update);
@@ -637,6 +718,7 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
       words = {base.words.computed + ", and the result " + scaling.computed,
                base.words.why_wrong + "; and it is " + scaling.computed + ": " + scaling.why_wrong};
     }
+    if (!label.named && !label.window) words.computed += unnamed_reading(factor, base, update);
     factor_form form = label.form;
     form.w += base.factor.w;
     form.g += base.factor.g;
@@ -647,8 +729,8 @@ std::vector<candidate> factor_fits(const candidate& base, const judged_update& u
     form.constant *= base.factor.constant;
     std::optional<std::pair<std::size_t, rational>> same_as;
     if (base.same_as) same_as.emplace(base.same_as->first, base.same_as->second * factor);
-    out.push_back(
-        {std::move(name), table, std::move(words), base.base, std::move(form), !label.named, std::move(same_as)});
+    const bool unnamed = !label.named && !label.declared;
+    out.push_back({std::move(name), table, std::move(words), base.base, std::move(form), unnamed, std::move(same_as)});
   }
   return out;
 }

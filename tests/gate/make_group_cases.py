@@ -31,9 +31,11 @@ def hexf(x):
 class Update:
     """ranks → microbatches → groups; a group is (valid tokens, padding) and belongs to a sequence or not."""
 
-    def __init__(self, ranks, sequences=False, objective=None, normalizer=None, reducer="mean"):
+    def __init__(self, ranks, sequences=False, objective=None, normalizer=None, reducer="mean",
+                 accumulation_steps=None):
         self.ranks = ranks  # [[ [ (n, pad), ... ] per microbatch ] per rank]
         self.sequences = sequences
+        self.accumulation_steps = accumulation_steps
         self.objective = objective
         self.normalizer = normalizer
         self.reducer = reducer
@@ -107,6 +109,8 @@ class Update:
             ranks.append({"targets": values[0]} if len(values) == 1 else {"microbatches": values})
         doc["ranks"] = ranks
         doc["world_size"] = self.W
+        if self.accumulation_steps is not None:
+            doc["accumulation_steps"] = self.accumulation_steps
         if self.reducer != "mean":
             doc["reducer"] = self.reducer
         doc["observed"] = observed
@@ -141,13 +145,28 @@ def main():
                                            lambda r, m, g, n: F(W, u.n_r(r)), expect=("fail", ["local_mean×W"])))
     write("divided_twice", u.document("normalized over the window, then divided by G again",
                                       lambda r, m, g, n: F(W, N * 3), expect=("fail", ["objective/G"])))
-    write("short_window", u.document("microbatch means divided by a nominal G = 4 where the window holds 3",
-                                     lambda r, m, g, n: F(1, 4 * u.n_rm(r, m)), expect=("fail", ["short_window"])))
+    # A short window is named only where the document declares the nominal steps it was divided by: a window of
+    # 3 microbatches divided by 4 is otherwise a factor 3/4 on the microbatch mean (a GRPO loop's windows need
+    # not be whole windows of a nominal G), and so where the declared steps are another number.
+    for name, declared, expected in (("short_window", 4, "short_window"),
+                                     ("short_window_undeclared", None, "microbatch_mean×3/4"),
+                                     ("short_window_other_nominal", 5, "microbatch_mean×3/4")):
+        window = Update(u.ranks, accumulation_steps=declared)
+        write(name, window.document("microbatch means divided by 4 where the window holds 3" +
+                                    (f", accumulation_steps {declared} declared" if declared else
+                                     ", no accumulation_steps declared"),
+                                    lambda r, m, g, n: F(1, 4 * u.n_rm(r, m)), expect=("fail", [expected])))
     write("raw_sums", u.document("raw loss sums under DDP's mean", lambda r, m, g, n: F(1),
                                  expect=("fail", ["local_sum"])))
     P = sum(pad for *_, pad in u.groups())
     write("count_padding", u.document("divided by every position, padding included",
                                       lambda r, m, g, n: F(W, N + P), expect=("fail", ["count_padding"])))
+    # N plus one per microbatch: the labels before the shift if each microbatch were one row, but a microbatch
+    # that declares no sequences may hold any number of rows, so count_before_shift is not named.
+    G_all = sum(u.G(r) for r in range(W))
+    write("count_before_shift_rows_undeclared",
+          u.document("divided by N plus one per microbatch, in microbatches that declare no rows (sequences)",
+                     lambda r, m, g, n: F(W, N + G_all), expect=("fail", [f"objective×{N}/{N + G_all}"])))
     write("times_k", u.document("a world size that also counts 4 ranks that do not average",
                                 lambda r, m, g, n: F(4 * W, N), expect=("fail", ["objective×4"])))
     write("geometric", u.document("the accumulated buffer halved after every microbatch",

@@ -238,6 +238,18 @@ def replica_case(description: str, groups: list[list[int]], observed: object,
             "expect_gate": gate}
 
 
+def accumulated_replica_case(description: str, microbatches: list[list[list[int]]], factor: Fraction,
+                             gate: dict[str, object]) -> dict[str, object]:
+    """dp 3 × tp 2 accumulating microbatches (rank 2·dp + tp), measured per group (a group a microbatch): every
+    token weighs `factor`/N, N the distinct tokens, each replica holding the data groups' vector."""
+    n = sum(len(m) for rank in microbatches for m in rank)
+    ranks = [{"coords": [r // 2, r % 2], "microbatches": microbatches[r // 2]} for r in range(6)]
+    vector = [text(factor / n * -sum(m)) for rank in microbatches for m in rank]
+    return {"format": "normcheck/1", "description": description, "mesh": REPLICA_MESH, "ranks": ranks,
+            "reducer": "mean", "theta": 0, "observed": {"per_rank": [vector] * 6, "dtype": "exact"},
+            "expect_gate": gate}
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "cases" / "mesh"
     uneven = [[1], [2, 3, 4], [5, 6], [7, 8, 9, 10, 11]]
@@ -289,6 +301,12 @@ def main() -> None:
             counted_twice, {"verdict": "fail", "explanations": ["count_with_replicas"]}),
         "dp3_tp2_scaled_by_tp.json": replica_case("dp 3 × tp 2, the loss scaled by the tp size", groups, distinct * 2,
                                                   {"verdict": "fail", "explanations": ["objective×tp"]}),
+        # A loss scaled by every rank of the mesh, dp·tp = 6 (transformers #39648's DP·TP·CP), which equals W·G at
+        # G = 2: both are named, each with the run that tells them apart.
+        "dp3_tp2_g2_scaled_by_whole_mesh.json": accumulated_replica_case(
+            "dp 3 × tp 2 accumulating G = 2, the loss scaled by dp·tp, every rank of the mesh",
+            [[[1, 2], [3]], [[4, 5, 6], [7]], [[8], [9, 10]]], Fraction(6),
+            {"verdict": "fail", "explanations": ["objective×W·G", "objective×(dp·tp)"]}),
     })
     # The sequence objectives on slices: correct runs under both, contiguous and zigzag, and each mistake.
     pass_gate = {"verdict": "pass"}

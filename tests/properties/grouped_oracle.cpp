@@ -204,10 +204,13 @@ std::optional<table> normalization_table(const grouped_update& update, std::stri
       for (const microbatch_tokens& m : rank)
         if (!m.sequences) return std::nullopt;
 
-  std::uint64_t rows = 0;  // groups that hold a valid token: a sequence, or a microbatch without sequences
+  std::uint64_t rows = 0;  // declared sequences that hold a valid token
   for (const grouped_rank& rank : update.ranks)
-    for (const microbatch_tokens& m : rank)
+    for (const microbatch_tokens& m : rank) {
+      // A microbatch with a valid token and no sequences hides how many rows it holds: one per row is undefined.
+      if (name == "count_before_shift" && !m.sequences && microbatch_tokens_of(m) > 0) return std::nullopt;
       for (const group_tokens& g : m.groups) rows += g.valid_tokens() > 0 ? 1 : 0;
+    }
 
   table weights;
   for (std::size_t r = 0; r < update.ranks.size(); ++r) {

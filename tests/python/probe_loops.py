@@ -212,6 +212,8 @@ class Loop:
     """Loss targets per row: LENGTH − 1 with the shift by slicing, LENGTH when the labels are padded first."""
     declares_divisor: bool = False
     """The loop tells the probe what each rank divided by: its own count (probe.divided_by)."""
+    accumulation_steps: Optional[Callable[[int, int], int]] = None
+    """(W, G) → the nominal accumulation steps the loop is configured with, declared to the probe (None: none)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -658,7 +660,10 @@ LOOPS: List[Loop] = [
          dataset="steady"),
     Loop("short_window", "Lightning #19987, ms-swift #10084: a short window ÷ the nominal G", short_window,
          lambda c, r, m, s: f(1, c.world_size * nominal_window(c.world_size, c.g) * c.rm(r, m)), fails("short_window"),
-         patched=True, gs=(2, 4)),
+         patched=True, gs=(2, 4), accumulation_steps=nominal_window),
+    Loop("short_window_undeclared", "a short window ÷ a nominal G the step does not declare", short_window,
+         lambda c, r, m, s: f(1, c.world_size * nominal_window(c.world_size, c.g) * c.rm(r, m)),
+         fails("microbatch_mean×*"), patched=True, gs=(2,), worlds=(2,)),
     # Two microbatches fit a geometric and any other two-point pattern alike: G = 4 only.
     Loop("rescaled_buffer", "torchtitan #1733: the buffer rescaled every microbatch", rescaled_buffer,
          lambda c, r, m, s: f(Fraction(1, c.g) ** (c.g - 1 - m), 1, c.N), fails("geometric"), gs=(4,)),
@@ -755,6 +760,8 @@ def run(loop: Loop, g: int, rank: int, world_size: int, dtype: torch.dtype, make
         options["objective"] = loop.objective
     if loop.normalizer is not None:
         options["normalizer"] = loop.normalizer(counts)
+    if loop.accumulation_steps is not None:
+        options["accumulation_steps"] = loop.accumulation_steps(world_size, g)
     probe = make_probe(model, slots=16, **options)
     # PowerSGD's chained collectives race with find_unused_parameters' own all-reduce on gloo (also without
     # the probe, depending on timing): it runs without.
@@ -839,7 +846,8 @@ def exact_document(loop: Loop, world_size: int, g: int) -> Optional[Dict[str, An
     return dump.document(ranks, world_size=world_size, reducer="sum" if loop.hook == "sum" else "mean", theta=0,
                          objective=loop.objective, normalizer=normalizer,
                          description=f"{loop.name}: the loop's exact weights (W = {world_size}, G = {g})",
-                         observed=seen)
+                         observed=seen, accumulation_steps=(loop.accumulation_steps(world_size, g)
+                                                            if loop.accumulation_steps is not None else None))
 
 
 def named_as_expected(loop: Loop, world_size: int, g: int, verdict: Any) -> Optional[str]:

@@ -44,14 +44,15 @@ def list_differences(kind, copied, listed):
     return problems
 
 
-def name_problem(name, core, mesh=()):
+def name_problem(name, core, mesh=(), whole=()):
     """Why ``name`` is no name the gate gives, by the grammar ``normcheck names`` states (None when it is one): a
     normalization or another name; "objective" and a factor; a normalization and a factor, or another objective in
-    parentheses. A factor is one of the core's, a plain number, or the size of the dimensions named in ``mesh``."""
+    parentheses. A factor is one of the core's, a plain number, the size of the dimensions named in ``mesh``, or
+    the product of those named in ``whole`` (every dimension of a mesh with replicas)."""
     bases = set(core["normalizations"]) | set(core["other_names"])
     if name in bases or re.fullmatch(r"count_of\([a-z][a-z0-9_]*\)", name):
         return None
-    sizes = [f"({'·'.join(mesh)})"] if len(mesh) > 1 else []
+    sizes = [f"({'·'.join(names)})" for names in (mesh, whole) if len(names) > 1]
     factors = set(core["factors"]) | {f"{how}{size}" for size in [*mesh, *sizes] for how in ("×", "/")}
 
     def is_factor(text):
@@ -97,8 +98,11 @@ def test_every_name_the_gate_gave_on_the_cases_fits_the_listing(core, executable
     given = []
     for report in json.loads(printed)["reports"]:
         gate = report.get("gate") or {}
-        mesh = [d["name"] for d in report.get("mesh", []) if d["role"] != "data"]
+        dims = report.get("mesh", [])
+        mesh = [d["name"] for d in dims if d["role"] != "data"]
+        whole = [d["name"] for d in dims if d["size"] > 1] if any(d["role"] == "replica" for d in dims) else []
         for entry in [*gate.get("diagnosis", []), *gate.get("could_hide", [])]:
-            given.append((entry["name"].split(": ")[-1], mesh))
+            given.append((entry["name"].split(": ")[-1], mesh, whole))
     assert len(given) >= 60
-    assert [problem for problem in (name_problem(name, core, mesh) for name, mesh in given) if problem] == []
+    assert [problem for problem in (name_problem(name, core, mesh, whole) for name, mesh, whole in given)
+            if problem] == []

@@ -190,6 +190,23 @@ def test_divided_by_on_some_ranks_only_is_refused_and_on_all_is_written():
     assert made(both)["observed"]["tokens"]["divided_by"] == [5, ["5/2"]]
 
 
+def test_the_nominal_accumulation_steps_are_written_and_name_a_short_window(tmp_path, executable):
+    """A window of two microbatches whose means were divided by a nominal three: short_window where the step
+    declares accumulation_steps=3, a plain factor on the microbatch mean where it declares none or another."""
+    counts = ((2, 3), (1, 4))
+    vector = [-1 / 6] * 4  # each microbatch's mean ÷ 3, then DDP's mean: every group −n/(3·n·2)
+    records = [record(r, vector, used=2, counts=counts[r]) for r in range(2)]
+    names = {}
+    for declared in (3, None, 4):
+        written = document(records, TWO, objective="token_mean", normalizer=None, description=None,
+                           origin="a hand-built step", backend="no backend", accumulation_steps=declared)
+        assert written.get("accumulation_steps") == declared
+        path = str(tmp_path / f"window-{declared}.json")
+        dump.write(path, written)
+        names[declared] = run_check(path, executable=executable)[0].explanations
+    assert names == {3: ("short_window",), None: ("microbatch_mean×2/3",), 4: ("microbatch_mean×2/3",)}
+
+
 def test_the_coarsest_arithmetic_names_the_dtype_and_a_finer_reduction_is_kept():
     records = [record(r, v.vectors[""], counts=(2 + r,), dtype="float32", loss_dtypes=("bfloat16",),
                       reduction_dtype="float16") for r, v in enumerate(global_mean())]

@@ -54,6 +54,14 @@ def test_documents_of_groups_keep_every_shape():
     assert read["observed"]["witness"][0][3] == "-0x1.8000000000000p+0"
 
 
+def test_the_nominal_accumulation_steps_are_a_positive_count():
+    assert rendered(dump.document([[dump.group(2)]], accumulation_steps=4))["accumulation_steps"] == 4
+    assert "accumulation_steps" not in rendered(dump.document([[dump.group(2)]]))
+    for wrong in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="accumulation_steps"):
+            dump.document([[dump.group(2)]], accumulation_steps=wrong)
+
+
 def test_the_constant_objective_takes_a_normalizer_and_only_it():
     read = rendered(dump.document([[dump.group(2)]], objective="constant", normalizer=30))
     assert read["objective"] == "constant" and read["normalizer"] == 30

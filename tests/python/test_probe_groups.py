@@ -204,6 +204,9 @@ def test_objectives_are_declared_on_the_probe_or_per_dump(tmp_path):
         Probe(model, normalizer=4)
     with pytest.raises(ProbeError, match="objective is one of"):
         Probe(model, objective="mean")
+    for wrong in (0, True, 2.0):
+        with pytest.raises(ProbeError, match="accumulation_steps is a positive number"):
+            Probe(model, accumulation_steps=wrong)
     probe = Probe(model, objective="constant", normalizer=20, sites=None)
     lm_step(probe, model, [tiny_lm.make_batch([6, 4], seed=1)])
     document = written(probe, tmp_path)

@@ -216,6 +216,10 @@ struct partition {
   rational theta;
   objective_kind objective = objective_kind::token_mean;
   rational normalizer;  ///< C under the constant objective (positive); 0 otherwise
+  /// The nominal accumulation steps the training is configured with (gradient_accumulation_steps), where the
+  /// document declares them: every rank holds at most this many microbatches, fewer in a short final window.
+  /// 0 where not declared.
+  std::uint64_t accumulation_steps = 0;
   /// The device mesh, dimensions in order, ranks numbered row-major; empty without one, which is a mesh of
   /// one data dimension. `ranks` holds the ranks whose replica coordinates are all 0, one per set of
   /// replicas (the replicas hold the same tokens), so the data and sequence sizes multiply to W.

@@ -64,7 +64,8 @@ mistake_words factor_words(std::string_view label, const partition& update);
 /// or `others`, or another loss's count "count_of(mtp)"; "objective" followed by a factor; a normalization
 /// followed by a factor or by another objective's name in parentheses; any of these after a site's name and
 /// ": ", or after "term " and an auxiliary term's name and ": ". A factor is one of
-/// `factors`, the size of mesh dimensions ("/cp", "×(cp·sp)") or a plain number ("×4", "/3", "×G/3").
+/// `factors`, the size of mesh dimensions or their product ("/cp", "×(cp·sp)", "×(dp·tp)") or a plain number
+/// ("×4", "/3", "×G/3").
 struct diagnosis_names {
   std::vector<std::string_view> normalizations;  ///< the strategy table's, but the objective's own
   std::vector<std::string_view> others;          ///< what is not a normalization: geometric, short_window, …
@@ -79,5 +80,9 @@ std::string sibling_count_name(const sibling_loss& other);
 /// The name of the size of the mesh dimensions with `role` as a factor: "cp", "(cp·sp)" for two; empty
 /// where their size is 1.
 std::string mesh_factor_name(const partition& update, mesh_role role);
+
+/// The name of every rank of a mesh with replica dimensions as a factor, the product of all its dimensions'
+/// sizes: "(dp·tp)", "(dp·cp·tp)"; empty without replica dimensions (every rank is then one of W).
+std::string whole_mesh_factor_name(const partition& update);
 
 }  // namespace normcheck

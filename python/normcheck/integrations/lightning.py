@@ -83,6 +83,8 @@ class NormcheckCallback(JudgedRun, pl.Callback):
             self.probe = self.probe_factory(target)
         else:
             self.probe = Probe(target, **self.probe_options)
+        if self.probe.accumulation_steps is None:  # Lightning's window, which a short last one still divides by
+            self.probe.accumulation_steps = int(trainer.accumulate_grad_batches)
         self.steps.rank = self.probe.rank
 
     def _probe(self) -> Probe:
