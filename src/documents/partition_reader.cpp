@@ -101,8 +101,7 @@ public:
         file_.update.theta = json_.exact("theta");
         budget_.note_kept(file_.update.theta, json_, theta_offset);
       } else if (key == "objective") {
-        objective_offset_ = json_.value_offset();
-        file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
+        read_objective();
       } else if (key == "normalizer") {
         read_normalizer();
       } else if (key == "accumulation_steps") {
@@ -136,13 +135,7 @@ public:
                  "world_size is " + std::to_string(*file_.declared_world_size) + " but the file lists " +
                      std::to_string(ranks) + " ranks: W must be the size of the group in this reduction",
                  world_size_offset);
-    check_mesh();
-    check_slices();
-    require_slice_ids();
-    collapse_replicas();
-    join_slices();
-    check_weighting();
-    check_objective();
+    settle_loss();
     check_accumulation();
     settle_terms();
     for (const std::shared_ptr<section>& part : file_.sections) part->settle(file_, json_);
@@ -160,6 +153,25 @@ public:
   }
 
 private:
+  // What every loss's tokens must hold once the document is read, the main loss's and each term's alike
+  // (a term is swapped in first): the mesh and its coordinates, the slices and their join, the replicas kept
+  // once, the weights and the objective's own keys.
+  void settle_loss() {
+    check_mesh();
+    check_slices();
+    require_slice_ids();
+    collapse_replicas();
+    join_slices();
+    check_weighting();
+    check_objective();
+  }
+
+  // `objective`: one of the objectives' names, its place kept for the checks that read it.
+  void read_objective() {
+    objective_offset_ = json_.value_offset();
+    file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
+  }
+
   // `normalizer`: C, a positive exact number.
   void read_normalizer() {
     normalizer_offset_ = json_.value_offset();
@@ -268,8 +280,7 @@ private:
                      weight_offset);
         budget_.note_kept(file_.update.loss_weight, json_, weight_offset);
       } else if (key == "objective") {
-        objective_offset_ = json_.value_offset();
-        file_.update.objective = json_.named("objective", objective_from_name, objective_alternatives());
+        read_objective();
       } else if (key == "normalizer") {
         read_normalizer();
       } else if (key == "ranks") {
@@ -311,13 +322,7 @@ private:
       update.reducer = main.reducer;
       update.theta = main.theta;
       swap_loss(term.loss);
-      check_mesh();
-      check_slices();
-      require_slice_ids();
-      collapse_replicas();
-      join_slices();
-      check_weighting();
-      check_objective();
+      settle_loss();
       swap_loss(term.loss);
       for (std::size_t r = 0; r < update.ranks.size(); ++r) {
         const std::size_t own = update.ranks[r].microbatches.size();
