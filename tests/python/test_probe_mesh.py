@@ -99,6 +99,21 @@ def wrapped(model, wrap, mesh):
     return fully_shard(model, mesh=shards)
 
 
+def zigzag_slice(batch, cp):
+    """This cp rank's zigzag slice of a data group's (tokens, labels): the two, and each token's position."""
+    tokens, labels = batch
+    held = mesh_step.zigzag(cp, LENGTH, CP)
+    return tokens[:, held], labels[:, held], held.expand(tokens.shape[0], -1)
+
+
+def per_token_loss(ddp, tokens, labels, probe, positions):
+    """Each row's per-token cross-entropy, the probe's term added at the tokens' positions when probed."""
+    logits = ddp(tokens)
+    per_token = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1),
+                                reduction="none").view(tokens.shape[0], -1)
+    return probe.add(per_token, labels, positions=positions) if probe else per_token
+
+
 def one_step(loop, mesh, probe_factory, wrap="ddp"):
     """One step of `loop` on this rank; (loss, gradients, parameters after SGD, verdict or None)."""
     torch.manual_seed(0)
@@ -111,17 +126,10 @@ def one_step(loop, mesh, probe_factory, wrap="ddp"):
     ddp = wrapped(model, wrap, mesh)
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
-    tokens, labels = whole_batch(dp)
-    held = mesh_step.zigzag(cp, LENGTH, CP)
-    tokens, labels = tokens[:, held], labels[:, held]
-    positions = held.expand(ROWS, -1)
+    tokens, labels, positions = zigzag_slice(whole_batch(dp), cp)
 
     def loss_of():
-        logits = ddp(tokens)
-        per_token = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), reduction="none").view(ROWS, -1)
-        if probe:
-            per_token = probe.add(per_token, labels, positions=positions)
-        local_sum = per_token.sum()
+        local_sum = per_token_loss(ddp, tokens, labels, probe, positions).sum()
         count = (labels != -100).sum().to(torch.float64)
         if loop == "correct":
             dist.all_reduce(count)
@@ -143,18 +151,10 @@ def one_sequence_step(loop, mesh, probe_factory):
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(probe.model_parameters() if probe else model.parameters(), lr=0.5)
     dp, cp = mesh.get_coordinate()
-    tokens, labels = rollout_batch(dp)
-    held = mesh_step.zigzag(cp, LENGTH, CP)
-    tokens, labels = tokens[:, held], labels[:, held]
-    positions = held.expand(ROLLOUT_ROWS, -1)
+    tokens, labels, positions = zigzag_slice(rollout_batch(dp), cp)
 
     def loss_of():
-        logits = ddp(tokens)
-        per_token = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1),
-                                    reduction="none").view(ROLLOUT_ROWS, -1)
-        if probe:
-            per_token = probe.add(per_token, labels, positions=positions)
-        row_sums = per_token.sum(dim=1)
+        row_sums = per_token_loss(ddp, tokens, labels, probe, positions).sum(dim=1)
         slice_counts = (labels != -100).sum(dim=1).to(torch.float64)
         whole_counts = slice_counts.clone()
         dist.all_reduce(whole_counts, group=mesh.get_group("cp"))  # each row's nₛ over its slices
