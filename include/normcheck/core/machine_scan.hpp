@@ -110,7 +110,8 @@ inline std::size_t scan_machine_number(std::string_view text, const number_limit
   const bool negative = start != end && *start == '-';
   if (const char* stop = detail::scan_short_decimal(start + negative, end, detail::machine_exponent_bound(limits),
                                                     limits.max_digits, out)) {
-    out.negative = negative && out.significand != 0;
+    // Without a branch: the signs of a token array follow no pattern a predictor could learn.
+    out.negative = static_cast<bool>(static_cast<unsigned>(negative) & static_cast<unsigned>(out.significand != 0));
     return static_cast<std::size_t>(stop - start);
   }
   return scan_machine_prefix(text, literal_form::json_number, limits, out);

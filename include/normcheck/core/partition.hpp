@@ -307,7 +307,9 @@ public:
     ++valid_tokens_;
     machine_literal magnitude = target;
     magnitude.negative = false;
-    (target.negative ? negative_ : positive_).add(magnitude);
+    // The sum is chosen by index, not by a branch: signs are unpredictable.
+    exact_sum* const sums[2] = {&positive_, &negative_};
+    sums[target.negative]->add(magnitude);
   }
   /// Adds a valid token given as a rational.
   void add_token(const rational& target);
