@@ -433,6 +433,23 @@ objective_units::objective_units(const partition& update, objective_kind objecti
   for (tree_sum& total : by_data) over_sequence_.push_back(total.value());
 }
 
+const weighted_totals& objective_units::rank_moments(std::size_t r, bool absolute) const {
+  std::vector<std::optional<weighted_totals>>& kept = rank_moments_[absolute ? 1 : 0];
+  if (kept.empty()) kept.resize(update_->ranks.size());
+  std::optional<weighted_totals>& moments = kept[r];
+  if (!moments) {
+    tree_sum mass;
+    tree_sum value;
+    for (const microbatch_stats& microbatch : update_->ranks[r].microbatches) {
+      if (microbatch.valid_tokens == 0) continue;
+      mass.add(microbatch.mass());
+      value.add(absolute ? microbatch.weighted_target_abs_sum() : microbatch.weighted_target_sum());
+    }
+    moments = weighted_totals{mass.value(), value.value()};
+  }
+  return *moments;
+}
+
 std::optional<rational> objective_units::over_data_dims(std::size_t r) const {
   if (over_data_.empty()) return std::nullopt;
   return over_data_[update_->mesh_index(r, mesh_role::sequence)];
@@ -677,34 +694,43 @@ std::optional<weighted_totals> totals(const objective_units& units, const normal
       if (!rank_unit && absolute) continue;
       if (!rank_unit) return std::nullopt;
     }
-    tree_sum rank_mass;
-    tree_sum rank_value;
-    for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
-      const microbatch_stats& microbatch = rank.microbatches[m];
-      std::optional<rational> microbatch_unit;
-      if (n.level == scope::microbatch) {
-        microbatch_unit = magnitude(n.coefficient(units, {r, m, 0}));
-        if (!microbatch_unit && absolute) continue;
-        if (!microbatch_unit) return std::nullopt;
-        if (*microbatch_unit == 0) continue;
-      }
-      if (n.level == scope::group) {
-        for (std::size_t g = 0; g < microbatch.group_count(); ++g) {
-          const std::optional<rational> c = magnitude(n.coefficient(units, {r, m, g}));
-          if (!c && absolute) continue;
-          if (!c) return std::nullopt;
-          moments_of(microbatch.group(g), {r, m, g}, rank_mass, rank_value, &*c);
+    rational mass;
+    rational value;
+    if (!factored && (n.level == scope::update || n.level == scope::rank)) {
+      // Unscaled within the rank: the sums every such normalization shares.
+      const weighted_totals& moments = units.rank_moments(r, absolute);
+      mass = moments.mass;
+      value = moments.value;
+    } else {
+      tree_sum rank_mass;
+      tree_sum rank_value;
+      for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+        const microbatch_stats& microbatch = rank.microbatches[m];
+        std::optional<rational> microbatch_unit;
+        if (n.level == scope::microbatch) {
+          microbatch_unit = magnitude(n.coefficient(units, {r, m, 0}));
+          if (!microbatch_unit && absolute) continue;
+          if (!microbatch_unit) return std::nullopt;
+          if (*microbatch_unit == 0) continue;
         }
-      } else if (factored) {
-        for (std::size_t g = 0; g < microbatch.group_count(); ++g)
-          moments_of(microbatch.group(g), {r, m, g}, rank_mass, rank_value,
-                     microbatch_unit ? &*microbatch_unit : nullptr);
-      } else if (microbatch.valid_tokens > 0) {
-        moments_of(microbatch, {r, m, 0}, rank_mass, rank_value, microbatch_unit ? &*microbatch_unit : nullptr);
+        if (n.level == scope::group) {
+          for (std::size_t g = 0; g < microbatch.group_count(); ++g) {
+            const std::optional<rational> c = magnitude(n.coefficient(units, {r, m, g}));
+            if (!c && absolute) continue;
+            if (!c) return std::nullopt;
+            moments_of(microbatch.group(g), {r, m, g}, rank_mass, rank_value, &*c);
+          }
+        } else if (factored) {
+          for (std::size_t g = 0; g < microbatch.group_count(); ++g)
+            moments_of(microbatch.group(g), {r, m, g}, rank_mass, rank_value,
+                       microbatch_unit ? &*microbatch_unit : nullptr);
+        } else if (microbatch.valid_tokens > 0) {
+          moments_of(microbatch, {r, m, 0}, rank_mass, rank_value, microbatch_unit ? &*microbatch_unit : nullptr);
+        }
       }
+      mass = rank_mass.value();
+      value = rank_value.value();
     }
-    rational mass = rank_mass.value();
-    rational value = rank_value.value();
     if (rank_unit) {
       mass *= *rank_unit;
       value *= *rank_unit;

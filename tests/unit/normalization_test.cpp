@@ -300,3 +300,35 @@ TEST_CASE("replicas: the update keeps the first of each, numbered as the whole m
                                            *normcheck::find_normalization("count_with_replicas"))
                   .has_value());
 }
+
+TEST_CASE("one objective_units gives each normalization's signed and absolute totals in any order") {
+  // The per-rank sums are kept on first use: a magnitude asked for after a signed sum (or before it) must
+  // not be answered with the other. Negative targets make the two differ.
+  partition p;
+  p.ranks.resize(2);
+  p.ranks[0].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({-1, 2}), sequence({-3})}));
+  p.ranks[1].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({-5})}));
+  p.ranks[1].microbatches.push_back(normcheck::make_sequenced_microbatch({sequence({4, -1, 1, -1})}));
+  for (strategy s : normcheck::all_strategies) {
+    CAPTURE(normcheck::strategy_name(s));
+    const normcheck::normalization& n = normcheck::normalization_of(s);
+    const std::optional<normcheck::weighted_totals> signed_alone =
+        normcheck::totals(objective_units(p, objective_kind::token_mean), n, false);
+    const std::optional<normcheck::weighted_totals> absolute_alone =
+        normcheck::totals(objective_units(p, objective_kind::token_mean), n, true);
+    REQUIRE(signed_alone.has_value());
+    REQUIRE(absolute_alone.has_value());
+    CHECK(signed_alone->value != absolute_alone->value);
+    for (bool absolute_first : {false, true}) {
+      const objective_units units(p, objective_kind::token_mean);
+      const std::optional<normcheck::weighted_totals> first = normcheck::totals(units, n, absolute_first);
+      const std::optional<normcheck::weighted_totals> second = normcheck::totals(units, n, !absolute_first);
+      const normcheck::weighted_totals& signed_totals = absolute_first ? *second : *first;
+      const normcheck::weighted_totals& absolute_totals = absolute_first ? *first : *second;
+      CHECK(signed_totals.mass == signed_alone->mass);
+      CHECK(signed_totals.value == signed_alone->value);
+      CHECK(absolute_totals.mass == absolute_alone->mass);
+      CHECK(absolute_totals.value == absolute_alone->value);
+    }
+  }
+}

@@ -29,6 +29,12 @@ struct group_ref {
   std::size_t group = 0;
 };
 
+/// A mass and a value summed over groups: Σ c_g·mass_g and Σ c_g·value_g (see `totals`).
+struct weighted_totals {
+  rational mass;
+  rational value;
+};
+
 /// An update counted in an objective's units. The objective may differ from the one the update declares:
 /// the gate also asks what code written for another objective would have done.
 class objective_units {
@@ -66,6 +72,10 @@ public:
   /// The units of the ranks that share rank r's data coordinates, its count reduced over the sequence
   /// dimensions only (nullopt without such a mesh).
   std::optional<rational> over_sequence_dims(std::size_t r) const;
+  /// Rank r's mass and Σw·y (`absolute`: Σw·|y|) over its microbatches, unscaled: what every normalization
+  /// constant over a rank sums before its coefficient (not the sequence objectives', whose tokens carry a
+  /// factor). Summed on first use and kept, so that the normalizations of one update share one sum.
+  const weighted_totals& rank_moments(std::size_t r, bool absolute) const;
 
 private:
   const partition* update_;
@@ -74,6 +84,7 @@ private:
   std::shared_ptr<const sequence_join> join_;  // under the sequence objectives where the update has slices
   std::vector<rational> over_data_;            // by sequence coordinates; empty without sequence dimensions
   std::vector<rational> over_sequence_;        // by data coordinates; empty without sequence dimensions
+  mutable std::vector<std::optional<weighted_totals>> rank_moments_[2];  // by rank; [1]: absolute
 };
 
 /// The level over which a normalization's coefficient is constant: it is computed once per unit of it.
@@ -143,10 +154,6 @@ std::optional<std::vector<rational>> delivered_weights(const objective_units& un
 
 /// Σ_g c_g·mass_g and Σ_g c_g·value_g over every group, c_g the delivered weight (|c_g| when `absolute`),
 /// computed once per unit of the normalization's scope. `value` is Σw·y (`absolute`: Σw·|y|).
-struct weighted_totals {
-  rational mass;
-  rational value;
-};
 std::optional<weighted_totals> totals(const objective_units& units, const normalization& n, bool absolute);
 
 /// Sᵣ in the objective's terms: Σ_g a(g)·(mass_g·θ − Σw·y) over rank r's groups, a the objective's token
