@@ -73,8 +73,8 @@ public:
   /// dimensions only (nullopt without such a mesh).
   std::optional<rational> over_sequence_dims(std::size_t r) const;
   /// Rank r's mass and Σw·y (`absolute`: Σw·|y|) over its microbatches, unscaled: what every normalization
-  /// constant over a rank sums before its coefficient (not the sequence objectives', whose tokens carry a
-  /// factor). Summed on first use and kept, so that the normalizations of one update share one sum.
+  /// constant over a rank sums before its coefficient (but under sequence_mean, whose tokens each carry
+  /// their sequence's factor). Summed on first use and kept: the normalizations of one update share it.
   const weighted_totals& rank_moments(std::size_t r, bool absolute) const;
 
 private:
