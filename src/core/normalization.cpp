@@ -438,14 +438,8 @@ const weighted_totals& objective_units::rank_moments(std::size_t r, bool absolut
   if (kept.empty()) kept.resize(update_->ranks.size());
   std::optional<weighted_totals>& moments = kept[r];
   if (!moments) {
-    tree_sum mass;
-    tree_sum value;
-    for (const microbatch_stats& microbatch : update_->ranks[r].microbatches) {
-      if (microbatch.valid_tokens == 0) continue;
-      mass.add(microbatch.mass());
-      value.add(absolute ? microbatch.weighted_target_abs_sum() : microbatch.weighted_target_sum());
-    }
-    moments = weighted_totals{mass.value(), value.value()};
+    const rank_stats& rank = update_->ranks[r];
+    moments = weighted_totals{rank.mass(), absolute ? rank.weighted_target_abs_sum() : rank.weighted_target_sum()};
   }
   return *moments;
 }

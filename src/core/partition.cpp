@@ -158,6 +158,13 @@ rational rank_stats::weighted_target_sum() const {
   return sums.value();
 }
 
+rational rank_stats::weighted_target_abs_sum() const {
+  tree_sum sums;
+  for (const microbatch_stats& m : microbatches)
+    if (m.has_sums()) sums.add(m.weighted_target_abs_sum());
+  return sums.value();
+}
+
 std::uint64_t partition::sequence_count() const {
   if (has_slices()) return sequence_join(*this).sequences();
   std::uint64_t total = 0;

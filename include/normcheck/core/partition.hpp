@@ -166,6 +166,8 @@ struct rank_stats {
   rational target_sum() const;
   /// Σ w·y over them (Σ y without weights).
   rational weighted_target_sum() const;
+  /// Σ w·|y| over them (Σ |y| without weights).
+  rational weighted_target_abs_sum() const;
   /// mᵣ: the weight mass over all microbatches (nᵣ without weights).
   rational mass() const;
   /// The rank's declared sequences that hold a valid token.
