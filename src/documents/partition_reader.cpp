@@ -65,9 +65,12 @@ public:
     json_.count_against(&budget_);
     for (const section_factory& make : registry) file_.sections.push_back(make());
     // Large unweighted documents read their large token arrays on `jobs` workers (weights pair with
-    // their tokens on the reading thread).
-    if (jobs > 1 && text.size() >= parallel_document_bytes && !mentions(text, "weights\""))
+    // their tokens on the reading thread). The workers start first, so that they are running by the time
+    // the scan for weights has passed over the text.
+    if (jobs > 1 && text.size() >= parallel_document_bytes) {
       pool_ = std::make_unique<detail::token_pool>(text, limits.numbers, jobs);
+      if (mentions(text, "weights\"")) pool_.reset();
+    }
   }
 
   partition_file read() {

@@ -3,6 +3,9 @@
 #include "normcheck/core/machine_scan.hpp"
 
 #include <cstring>
+#include <memory>
+
+#include <sched.h>
 
 namespace normcheck::detail {
 
@@ -11,6 +14,39 @@ namespace {
 bool is_whitespace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 }  // namespace
+
+std::optional<started_thread> start_thread(std::function<void(int first_core)> work) {
+  struct start {
+    std::function<void(int)> work;
+    cpu_set_t allowed;
+    bool widen;
+  };
+  auto begin = std::make_unique<start>(start{std::move(work), {}, false});
+  started_thread started;
+  pthread_attr_t attributes;
+  if (::pthread_attr_init(&attributes) != 0) return std::nullopt;
+  CPU_ZERO(&begin->allowed);
+  const int here = ::sched_getcpu();
+  if (here >= 0 && here < CPU_SETSIZE && ::sched_getaffinity(0, sizeof begin->allowed, &begin->allowed) == 0 &&
+      CPU_ISSET(here, &begin->allowed) && CPU_COUNT(&begin->allowed) > 1) {
+    cpu_set_t elsewhere = begin->allowed;
+    CPU_CLR(here, &elsewhere);
+    begin->widen = ::pthread_attr_setaffinity_np(&attributes, sizeof elsewhere, &elsewhere) == 0;
+    if (begin->widen) started.kept_off = here;
+  }
+  auto run = [](void* argument) -> void* {
+    const std::unique_ptr<start> owned(static_cast<start*>(argument));
+    const int first_core = ::sched_getcpu();
+    if (owned->widen) ::pthread_setaffinity_np(::pthread_self(), sizeof owned->allowed, &owned->allowed);
+    owned->work(first_core);
+    return nullptr;
+  };
+  const bool made = ::pthread_create(&started.handle, &attributes, run, begin.get()) == 0;
+  ::pthread_attr_destroy(&attributes);
+  if (!made) return std::nullopt;
+  begin.release();  // the thread owns it now
+  return started;
+}
 
 std::optional<std::uint64_t> token_array_end(const json_reader& json, std::string_view text, std::uint64_t open) {
   if (json.depth() >= json.limits().max_depth) return std::nullopt;
@@ -80,7 +116,13 @@ bool read_regular_piece(std::string_view text, std::uint64_t begin, std::uint64_
 
 token_pool::token_pool(std::string_view text, const number_limits& limits, unsigned workers)
     : text_(text), limits_(limits) {
-  for (unsigned w = 1; w < workers; ++w) threads_.emplace_back([this] { work(); });
+  threads_.reserve(workers);  // before any thread starts: a started thread is always joined
+  for (unsigned w = 1; w < workers; ++w) {
+    // Without a thread, the calling thread reads what it would have (`finish`).
+    const std::optional<started_thread> started = start_thread([this](int) { work(); });
+    if (!started) break;
+    threads_.push_back(started->handle);
+  }
 }
 
 token_pool::~token_pool() {
@@ -90,7 +132,7 @@ token_pool::~token_pool() {
     next_ = tasks_.size();  // queued pieces nobody waits for any more are not read
   }
   changed_.notify_all();
-  // The threads join as threads_ is destroyed.
+  for (const pthread_t handle : threads_) ::pthread_join(handle, nullptr);
 }
 
 std::size_t token_pool::add(std::uint64_t open, std::uint64_t close) {
