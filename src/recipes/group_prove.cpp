@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <unordered_map>
 
 namespace normcheck::detail {
@@ -67,26 +68,33 @@ group_scope scope_for(const recipe& r, objective_kind objective) {
 namespace {
 
 // The variables the objective's weight of a token reads: T in 1/T.
-std::vector<count_variable> objective_variables(objective_kind objective) {
+std::span<const count_variable> objective_variables(objective_kind objective) {
+  static constexpr std::array token_mean{count_variable::N};
+  static constexpr std::array weighted_token_mean{count_variable::M};
+  static constexpr std::array sequence_mean{count_variable::B, count_variable::n_s};
+  static constexpr std::array sequence_sum_mean{count_variable::B};
+  static constexpr std::array constant{count_variable::C};
   switch (objective) {
-    case objective_kind::token_mean: return {count_variable::N};
-    case objective_kind::weighted_token_mean: return {count_variable::M};
-    case objective_kind::sequence_mean: return {count_variable::B, count_variable::n_s};
-    case objective_kind::sequence_sum_mean: return {count_variable::B};
-    case objective_kind::constant: return {count_variable::C};
+    case objective_kind::token_mean: return token_mean;
+    case objective_kind::weighted_token_mean: return weighted_token_mean;
+    case objective_kind::sequence_mean: return sequence_mean;
+    case objective_kind::sequence_sum_mean: return sequence_sum_mean;
+    case objective_kind::constant: return constant;
   }
-  return {count_variable::N};
+  return token_mean;
 }
 
-// Whether the judgement at a group can depend on `v`. On a mesh W is DP·CP, so the sizes matter where W does.
-bool relevant(const group_scope& s, const recipe& r, count_variable v) {
-  if (r.scale.uses(v)) return true;
+// Whether the judgement at a group can depend on each count variable (indexed by variable_index). On a mesh W
+// is DP·CP, so the sizes matter where W does. Computed once per proof: the views ask it for every variable.
+std::array<bool, all_count_variables.size()> relevant_variables(const group_scope& s, const recipe& r) {
+  std::array<bool, all_count_variables.size()> relevant{};
   const bool world_size_read = s.reducer == reducer_kind::mean || r.scale.uses(count_variable::W);
-  if (v == count_variable::W && s.reducer == reducer_kind::mean) return true;
-  if (v == count_variable::data_size && s.has(mesh_role::data) && world_size_read) return true;
-  if (v == count_variable::sequence_size && s.has(mesh_role::sequence) && world_size_read) return true;
-  const std::vector<count_variable> read = objective_variables(s.objective);
-  return std::find(read.begin(), read.end(), v) != read.end();
+  for (count_variable v : all_count_variables) relevant[variable_index(v)] = r.scale.uses(v);
+  if (s.reducer == reducer_kind::mean) relevant[variable_index(count_variable::W)] = true;
+  if (s.has(mesh_role::data) && world_size_read) relevant[variable_index(count_variable::data_size)] = true;
+  if (s.has(mesh_role::sequence) && world_size_read) relevant[variable_index(count_variable::sequence_size)] = true;
+  for (count_variable v : objective_variables(s.objective)) relevant[variable_index(v)] = true;
+  return relevant;
 }
 
 // The group's sequence counts, or those of a microbatch that declares none.
@@ -580,7 +588,8 @@ std::string list_of(const std::vector<std::string>& items) {
 // One proof: the scopes in order, each finding kept until one refutes the recipe.
 class group_prover {
 public:
-  group_prover(const recipe& r, objective_kind objective) : recipe_(r), scope_(scope_for(r, objective)) {
+  group_prover(const recipe& r, objective_kind objective)
+      : recipe_(r), scope_(scope_for(r, objective)), relevant_(relevant_variables(scope_, r)) {
     using cv = count_variable;
     view_options_.splits = r.scale.uses(cv::over_data) || r.scale.uses(cv::over_sequence);
     view_options_.main_counts = r.scale.uses(cv::main_N) || r.scale.uses(cv::main_n_r) || r.scale.uses(cv::main_n_m);
@@ -624,7 +633,7 @@ private:
   void judge_view(const group_view& v, std::unordered_map<view_key, judged, view_key_hash>& memo) {
     view_key base{};
     auto set = [&](count_variable variable, std::uint64_t value) {
-      if (relevant(scope_, recipe_, variable)) base[variable_index(variable)] = value;
+      if (relevant(variable)) base[variable_index(variable)] = value;
     };
     set(count_variable::W, v.w);
     set(count_variable::N, v.n);
@@ -653,7 +662,7 @@ private:
     if (scope_.constant) {
       for (std::size_t i = 0; i < scope_normalizers.size(); ++i) {
         view_key key = base;
-        if (relevant(scope_, recipe_, count_variable::C)) key[variable_index(count_variable::C)] = i;
+        if (relevant(count_variable::C)) key[variable_index(count_variable::C)] = i;
         key.back() = v.n_s > 0;
         once(key, nullptr, &scope_normalizers[i]);
       }
@@ -682,9 +691,9 @@ private:
       const std::uint64_t update = rank + twice[3];
       if (update == 0) continue;  // M = 0 has no objective
       view_key key = base;
-      if (relevant(scope_, recipe_, count_variable::M)) key[variable_index(count_variable::M)] = update;
-      if (relevant(scope_, recipe_, count_variable::m_r)) key[variable_index(count_variable::m_r)] = rank;
-      if (relevant(scope_, recipe_, count_variable::m_m)) key[variable_index(count_variable::m_m)] = microbatch;
+      if (relevant(count_variable::M)) key[variable_index(count_variable::M)] = update;
+      if (relevant(count_variable::m_r)) key[variable_index(count_variable::m_r)] = rank;
+      if (relevant(count_variable::m_m)) key[variable_index(count_variable::m_m)] = microbatch;
       key.back() = twice[0] > 0;
       const std::array<rational, 4> weights{scope_weights[choice[0]], scope_weights[choice[1]],
                                             scope_weights[choice[2]], scope_weights[choice[3]]};
@@ -733,6 +742,9 @@ private:
 
   const recipe_names& names() const { return recipe_.scale.names(); }
 
+  // Whether the judgement at a group can depend on `v`.
+  bool relevant(count_variable v) const { return relevant_[variable_index(v)]; }
+
   // "W, N, n_r, n_m, G", and the mesh's or the main loss's names the recipe reads.
   std::string view_names() const {
     std::vector<std::string> read;
@@ -740,7 +752,7 @@ private:
          {count_variable::W, count_variable::N, count_variable::n_r, count_variable::n_m, count_variable::G})
       read.push_back(names().spelling(v));
     for (std::size_t i = update_variables; i < all_count_variables.size(); ++i)
-      if (relevant(scope_, recipe_, all_count_variables[i])) read.push_back(names().spelling(all_count_variables[i]));
+      if (relevant(all_count_variables[i])) read.push_back(names().spelling(all_count_variables[i]));
     return list_of(read);
   }
 
@@ -1061,7 +1073,7 @@ private:
     const std::uint64_t d = degree;
     std::vector<count_axis> axes;
     auto add = [&](count_variable v, std::uint64_t low) {
-      axes.push_back({v, low, relevant(scope_, recipe_, v) ? low + d : low});
+      axes.push_back({v, low, relevant(v) ? low + d : low});
     };
     // Each range starts above the ranges of what it must hold: n_m holds the group's n_s tokens and b_m − 1 more
     // sequences of at least one token, n_r holds n_m and b_r − b_m sequences more, and so on.
@@ -1188,6 +1200,7 @@ private:
 
   const recipe& recipe_;
   group_scope scope_;
+  std::array<bool, all_count_variables.size()> relevant_;
   view_options view_options_;
   proof_result result_;
   std::optional<std::pair<count_configuration, judged>> first_wrong_;
