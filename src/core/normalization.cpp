@@ -541,6 +541,8 @@ std::string why_wrong(const normalization& n, reducer_kind reducer) {
 }
 
 std::string mesh_spelled(std::string_view text, const partition& update) {
+  // Most words name no mesh slot; the gate spells every candidate's words, so those return at once.
+  if (text.find('{') == std::string_view::npos) return std::string(text);
   const std::string data = update.mesh_names(mesh_role::data);
   const std::string sequence = update.mesh_names(mesh_role::sequence);
   const std::string replica = update.mesh_names(mesh_role::replica);
@@ -554,14 +556,18 @@ std::string mesh_spelled(std::string_view text, const partition& update) {
   }};
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
-    const auto slot =
-        std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return text.substr(i).starts_with(s.first); });
+    const std::size_t brace = std::min(text.find('{', i), text.size());
+    out.append(text.substr(i, brace - i));
+    if (brace == text.size()) break;
+    const std::string_view rest = text.substr(brace);
+    const auto slot = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return rest.starts_with(s.first); });
     if (slot == slots.end()) {
-      out += text[i++];
+      out += '{';
+      i = brace + 1;
       continue;
     }
     out += slot->second;
-    i += slot->first.size();
+    i = brace + slot->first.size();
   }
   return out;
 }
