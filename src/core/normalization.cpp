@@ -560,7 +560,8 @@ std::string mesh_spelled(std::string_view text, const partition& update) {
     out.append(text.substr(i, brace - i));
     if (brace == text.size()) break;
     const std::string_view rest = text.substr(brace);
-    const auto slot = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return rest.starts_with(s.first); });
+    const auto slot =
+        std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return rest.starts_with(s.first); });
     if (slot == slots.end()) {
       out += '{';
       i = brace + 1;
