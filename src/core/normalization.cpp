@@ -540,20 +540,12 @@ std::string why_wrong(const normalization& n, reducer_kind reducer) {
   return why;
 }
 
-std::string mesh_spelled(std::string_view text, const partition& update) {
-  // Most words name no mesh slot; the gate spells every candidate's words, so those return at once.
-  if (text.find('{') == std::string_view::npos) return std::string(text);
-  const std::string data = update.mesh_names(mesh_role::data);
-  const std::string sequence = update.mesh_names(mesh_role::sequence);
-  const std::string replica = update.mesh_names(mesh_role::replica);
-  const std::array<std::pair<std::string_view, std::string>, 6> slots{{
-      {"{data}", data.empty() ? "the data dimensions" : data},
-      {"{sequence}", sequence.empty() ? "the sequence dimensions" : sequence},
-      {"{mesh}", data.empty() || sequence.empty() ? data + sequence : data + " × " + sequence},
-      {"{CP}", std::to_string(update.mesh_extent(mesh_role::sequence))},
-      {"{replica}", replica.empty() ? "the replica dimensions" : replica},
-      {"{TP}", std::to_string(update.mesh_extent(mesh_role::replica))},
-  }};
+namespace {
+
+// `text` with each {slot} it names replaced by the slot's value; any other brace is copied as it is.
+template <std::size_t size>
+std::string substituted(std::string_view text,
+                        const std::array<std::pair<std::string_view, std::string>, size>& slots) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t brace = std::min(text.find('{', i), text.size());
@@ -573,27 +565,32 @@ std::string mesh_spelled(std::string_view text, const partition& update) {
   return out;
 }
 
+}  // namespace
+
+std::string mesh_spelled(std::string_view text, const partition& update) {
+  // Most words name no slot; the gate spells every candidate's words, so those return before the names are made.
+  if (text.find('{') == std::string_view::npos) return std::string(text);
+  const std::string data = update.mesh_names(mesh_role::data);
+  const std::string sequence = update.mesh_names(mesh_role::sequence);
+  const std::string replica = update.mesh_names(mesh_role::replica);
+  const std::array<std::pair<std::string_view, std::string>, 6> slots{{
+      {"{data}", data.empty() ? "the data dimensions" : data},
+      {"{sequence}", sequence.empty() ? "the sequence dimensions" : sequence},
+      {"{mesh}", data.empty() || sequence.empty() ? data + sequence : data + " × " + sequence},
+      {"{CP}", std::to_string(update.mesh_extent(mesh_role::sequence))},
+      {"{replica}", replica.empty() ? "the replica dimensions" : replica},
+      {"{TP}", std::to_string(update.mesh_extent(mesh_role::replica))},
+  }};
+  return substituted(text, slots);
+}
+
 std::string spelled(std::string_view text, const objective_units& units) {
-  if (text.find("{data}") != std::string_view::npos || text.find("{sequence}") != std::string_view::npos ||
-      text.find("{CP}") != std::string_view::npos || text.find("{TP}") != std::string_view::npos ||
-      text.find("{replica}") != std::string_view::npos)
-    return spelled(mesh_spelled(text, units.update()), units);
-  std::string out;
-  for (std::size_t i = 0; i < text.size();) {
-    if (text.substr(i, 5) == "{Drm}") {
-      out += units.symbol(2);
-      i += 5;
-    } else if (text.substr(i, 4) == "{Dr}") {
-      out += units.symbol(1);
-      i += 4;
-    } else if (text.substr(i, 3) == "{D}") {
-      out += units.symbol(0);
-      i += 3;
-    } else {
-      out += text[i++];
-    }
-  }
-  return out;
+  const std::array<std::pair<std::string_view, std::string>, 3> symbols{{
+      {"{Drm}", std::string(units.symbol(2))},
+      {"{Dr}", std::string(units.symbol(1))},
+      {"{D}", std::string(units.symbol(0))},
+  }};
+  return substituted(mesh_spelled(text, units.update()), symbols);
 }
 
 namespace {
