@@ -1,7 +1,7 @@
 #pragma once
 // One way to run a RapidCheck property outside rc::check, with the configured seed and sizes and a case
 // count of one's choosing: a law capped for cost, and a law that must catch a planted mistake, which runs
-// its full count even where RC_PARAMS cuts the count (the sanitized tier runs a fifth of the cases, too
+// its full count even where RC_PARAMS cuts the count (the sanitized tier runs a tenth of the cases, too
 // few for a sampled mistake to be drawn).
 
 #include <rapidcheck.h>
