@@ -30,6 +30,7 @@ Exit status 0 when every file compiles, 1 otherwise.
 import argparse
 import concurrent.futures
 import dataclasses
+import hashlib
 import os
 import pathlib
 import re
@@ -65,48 +66,61 @@ def preprocessed(options: Options, source: pathlib.Path) -> Optional[str]:
     return done.stdout if done.returncode == 0 else None
 
 
-def words(text: str) -> List[str]:
-    """What the compiler parses from preprocessed text: its lines without line markers and blank lines."""
-    return [line for line in text.splitlines() if line.strip() and not LINE_MARKER.match(line)]
+@dataclasses.dataclass(frozen=True)
+class Prefix:
+    way: Tuple[str, ...]  # the headers finished, outermost first, when the heavy header was entered
+    digest: bytes  # of what the compiler parses up to the heavy header's end: lines but markers and blanks
 
 
-def way_to_heavy(text: str, heavy: str) -> Optional[Tuple[str, ...]]:
-    """The headers a file had finished, outermost first, when it entered the heavy header; None if it never
-    did. Read from the line markers: flag 1 enters a file, flag 2 returns to one."""
+def prefix(text: str, heavy: str) -> Optional[Prefix]:
+    """How preprocessed text came to the heavy header, and what it held up to that header's end; None if it
+    never entered it. One pass over the line markers: flag 1 enters a file, flag 2 returns to one."""
     stack: List[str] = []
     finished: List[Tuple[int, str]] = []  # (depth, path) of finished headers not inside a finished one
+    way: Optional[Tuple[str, ...]] = None
+    depth_of_heavy = 0
+    digest = hashlib.sha256()
     for line in text.splitlines():
         marker = LINE_MARKER.match(line)
         if not marker:
+            if line.strip():
+                digest.update(line.encode() + b"\n")
             continue
         path, flags = marker.group(1), marker.group(2).split()
         if "1" in flags:
-            if path.endswith("/" + heavy):
-                return tuple(p for _, p in finished if p not in IMPLICIT)
+            if way is None and path.endswith("/" + heavy):
+                way, depth_of_heavy = tuple(p for _, p in finished if p not in IMPLICIT), len(stack)
             stack.append(path)
         elif "2" in flags:
             while stack and stack[-1] != path:
                 depth, left = len(stack), stack.pop()
                 finished = [f for f in finished if f[0] <= depth] + [(depth, left)]
+            if way is not None and len(stack) <= depth_of_heavy:
+                return Prefix(way, digest.digest())
     return None
+
+
+def read(options: Options, source: pathlib.Path) -> Optional[Prefix]:
+    text = preprocessed(options, source)
+    return prefix(text, options.heavy) if text is not None else None
 
 
 @dataclasses.dataclass
 class Precompiled:
     header: pathlib.Path  # the header to -include; its .gch beside it
-    words: List[str]  # what the header preprocesses to
+    digest: bytes  # of what the header preprocesses to
 
 
 def precompile(options: Options, folder: pathlib.Path, index: int, way: Tuple[str, ...]) -> Optional[Precompiled]:
     """The heavy header precompiled after the headers of `way`; None when it does not build."""
     header = folder / f"prefix{index}.hpp"
     header.write_text("".join(f'#include "{os.path.abspath(p)}"\n' for p in way) + f"#include <{options.heavy}>\n")
-    text = preprocessed(options, header)
+    read_back = read(options, header)
     built = subprocess.run(options.command("-x", "c++-header", str(header), "-o", f"{header}.gch"),
                            capture_output=True, text=True, check=False)
-    if text is None or built.returncode != 0:
+    if read_back is None or built.returncode != 0:
         return None
-    return Precompiled(header, words(text))
+    return Precompiled(header, read_back.digest)
 
 
 def compile_alone(options: Options, source: pathlib.Path, precompiled: Optional[Precompiled]) -> str:
@@ -122,20 +136,17 @@ def check(options: Options, files: Sequence[pathlib.Path]) -> Tuple[List[str], i
     a precompiled header."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=options.jobs) as pool, \
             tempfile.TemporaryDirectory() as folder:
-        texts = list(pool.map(lambda f: preprocessed(options, f), files))
-        ways = [way_to_heavy(t, options.heavy) if t is not None else None for t in texts]
+        prefixes = list(pool.map(lambda f: read(options, f), files))
+        ways = [p.way if p is not None else None for p in prefixes]
         # Precompiling takes about as long as parsing the heavy header for two files (it writes 200 MB).
         shared = sorted({w for w in ways if w is not None and ways.count(w) >= 3})
         built = list(pool.map(lambda i: precompile(options, pathlib.Path(folder), i, shared[i]), range(len(shared))))
         by_way: Dict[Tuple[str, ...], Precompiled] = {w: p for w, p in zip(shared, built) if p is not None}
 
         def against(i: int) -> Optional[Precompiled]:
-            found = by_way.get(ways[i]) if ways[i] is not None else None
-            text = texts[i]
-            if found is None or text is None:
-                return None
-            own = words(text)
-            return found if own[:len(found.words)] == found.words else None
+            own = prefixes[i]
+            found = by_way.get(own.way) if own is not None else None
+            return found if found is not None and own is not None and own.digest == found.digest else None
 
         chosen = [against(i) for i in range(len(files))]
         errors = list(pool.map(lambda i: compile_alone(options, files[i], chosen[i]), range(len(files))))
