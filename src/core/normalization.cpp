@@ -585,6 +585,7 @@ std::string mesh_spelled(std::string_view text, const partition& update) {
 }
 
 std::string spelled(std::string_view text, const objective_units& units) {
+  if (text.find('{') == std::string_view::npos) return std::string(text);  // most words name no symbol
   const std::array<std::pair<std::string_view, std::string>, 3> symbols{{
       {"{Drm}", std::string(units.symbol(2))},
       {"{Dr}", std::string(units.symbol(1))},
