@@ -15,8 +15,8 @@ Run by the virtual environment of .ci/setup --tests (it has torch, pytest and th
    that fails through run_check, its extension normcheck._core gives every file under cases/ the very
    report the executable gives (with and without --require-gate, by path and as text), and the project's
    own pytest runs beside the installed package;
-   then `pip wheel` with the same build folder reuses that build, and the wheel installs into a fresh
-   environment with nothing fetched and nothing built, where 3 holds too;
+   then `pip wheel --no-build-isolation` twice with that build folder, the second compiling nothing, and
+   the wheel installs into a fresh environment with nothing fetched and nothing built, where 3 holds too;
 4. build an sdist from the read-only copy, check what it holds, unpack it into DIR/sdist/tree as pip
    would, and do 2 and 3 again from there (building in DIR/sdist/build: with ccache installed, the
    same relative paths make this second build reuse the first's objects);
@@ -352,20 +352,35 @@ def main():
         install(python, checkout)
         check_installed(python, checkout, work, "checkout")
 
-        # 3b: the cluster's route. `pip wheel` with the same build-dir reuses the finished build, and the
-        # wheel installs into a fresh environment without building anything (--no-index: nothing fetched).
+        # 3b: the cluster's route, `pip wheel`, in the build folder of 2 kept for reuse. Reuse takes
+        # --no-build-isolation (scikit-build-core and nanobind installed beside pip): under isolation every pip
+        # run has a new build environment, and scikit-build-core then clears the folder's CMake configuration,
+        # objects included. The first wheel so built starts the folder afresh; the second compiles nothing.
         wheels = os.path.join(work, "wheels")
+
+        def reusing_wheel():
+            return run([python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--config-settings",
+                        f"build-dir={os.path.join(work, 'checkout', 'build')}", "--wheel-dir", wheels, checkout],
+                       with_stderr=True, env=pip_environment, cwd=work)
+
         started = time.monotonic()
-        run([python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--config-settings",
-             f"build-dir={os.path.join(work, 'checkout', 'build')}", "--wheel-dir", wheels, checkout],
-            with_stderr=True, env=pip_environment, cwd=work)
+        reusing_wheel()
+        first = time.monotonic() - started
+        started = time.monotonic()
+        output = reusing_wheel()
         built = time.monotonic() - started
+        # CMake's build output names every object it compiles; scikit-build-core's, that the build ran.
+        compiled = re.findall(r"Building CXX object \S+", output)
+        if compiled or "*** Building project" not in output:
+            raise Failure(f"pip wheel into a reused build folder compiled {len(compiled)} objects again "
+                          f"({', '.join(compiled[:5])}) or ran no build:\n{output[-3000:]}")
         [wheel] = [os.path.join(wheels, n) for n in os.listdir(wheels) if n.endswith(".whl")]
         python = fresh_venv(os.path.join(work, "wheel-venv"))
         started = time.monotonic()
         run([python, "-m", "pip", "install", "--quiet", "--no-index", wheel], with_stderr=True, env=pip_environment,
             cwd=work)
-        print(f"pip wheel reusing the build: {built:.1f} s; installing the wheel: {time.monotonic() - started:.1f} s",
+        print(f"pip wheel without build isolation: {first:.1f} s, again reusing that build: {built:.1f} s, compiling "
+              f"nothing; installing the wheel: {time.monotonic() - started:.1f} s",
               flush=True)
         check_installed(python, checkout, work, "wheel")
 
