@@ -74,6 +74,31 @@ TEST_CASE("load_file rejects a file above the size limit with limit_exceeded") {
   CHECK(normcheck::load_file(file.path, limits).size() == 100);
 }
 
+// Where nothing called install_signal_handlers, as in a training process that loaded the Python extension:
+// CTest runs each test case in a process of its own, and the program run alone (doctest's order, by file
+// and line) reaches this case before the next one installs the handlers for good.
+TEST_CASE("without install_signal_handlers no signal disposition changes and inputs are read, not mapped") {
+  auto disposition = [](int signal_number) {
+    struct sigaction now {};
+    ::sigaction(signal_number, nullptr, &now);
+    return reinterpret_cast<std::uintptr_t>(now.sa_handler);
+  };
+  const std::uintptr_t bus = disposition(SIGBUS), terminate = disposition(SIGTERM), interrupt = disposition(SIGINT);
+  std::string content(256 * 1024, ' ');
+  content.front() = '{';
+  content.back() = '}';
+  const scratch_file file("unmapped.json", content);
+  const normcheck::input_text input = normcheck::open_input(file.path);
+  std::filesystem::resize_file(file.path, 10);
+  CHECK(input.view() == content);  // a copy: what a mapping would have turned into zeros is still there
+  const scratch_file report("report.json", "");
+  normcheck::write_file_atomically(report.path, "{}\n");
+  CHECK(normcheck::load_file(report.path) == "{}\n");
+  CHECK(disposition(SIGBUS) == bus);
+  CHECK(disposition(SIGTERM) == terminate);
+  CHECK(disposition(SIGINT) == interrupt);
+}
+
 TEST_CASE("a mapped file that shrinks while it is read reads as zeros and is reported changed, never SIGBUS") {
   std::string content(256 * 1024, ' ');
   content.front() = '{';
@@ -195,26 +220,3 @@ TEST_CASE("a file that says it is empty but holds text (/proc, /sys) is read to 
   CHECK_THROWS_AS(normcheck::load_file("/proc/self/status", limits), normcheck::error);
 }
 
-// CTest runs each test case in its own process, so this one runs where nothing called
-// install_signal_handlers, as in a training process that loaded the Python extension.
-TEST_CASE("without install_signal_handlers no signal disposition changes and inputs are read, not mapped") {
-  auto disposition = [](int signal_number) {
-    struct sigaction now {};
-    ::sigaction(signal_number, nullptr, &now);
-    return reinterpret_cast<std::uintptr_t>(now.sa_handler);
-  };
-  const std::uintptr_t bus = disposition(SIGBUS), terminate = disposition(SIGTERM), interrupt = disposition(SIGINT);
-  std::string content(256 * 1024, ' ');
-  content.front() = '{';
-  content.back() = '}';
-  const scratch_file file("unmapped.json", content);
-  const normcheck::input_text input = normcheck::open_input(file.path);
-  std::filesystem::resize_file(file.path, 10);
-  CHECK(input.view() == content);  // a copy: what a mapping would have turned into zeros is still there
-  const scratch_file report("report.json", "");
-  normcheck::write_file_atomically(report.path, "{}\n");
-  CHECK(normcheck::load_file(report.path) == "{}\n");
-  CHECK(disposition(SIGBUS) == bus);
-  CHECK(disposition(SIGTERM) == terminate);
-  CHECK(disposition(SIGINT) == interrupt);
-}
