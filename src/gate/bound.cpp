@@ -63,17 +63,18 @@ std::optional<rational> strategy_bound(const partition& update, strategy s, dtyp
                                        std::optional<dtype> reduction_type) {
   const std::optional<rational> g = error_factor(update, type, reduction_type);
   if (!g) return std::nullopt;
-  std::optional<rational> bound = strategy_magnitude(objective_units(update, update.objective), s);
-  if (bound) *bound *= *g;
-  return bound;
+  return strategy_bound(objective_units(update, update.objective), s, g);
 }
 
-std::optional<rational> strategy_magnitude(const objective_units& units, strategy s) {
+std::optional<rational> strategy_bound(const objective_units& units, strategy s,
+                                       const std::optional<rational>& error_factor) {
+  if (!error_factor) return std::nullopt;
   const std::optional<weighted_totals> magnitudes = totals(units, normalization_of(s), true);
   if (!magnitudes) return std::nullopt;
   rational total = abs(units.update().theta) * magnitudes->mass;
   total += magnitudes->value;
-  return total;
+  rational bound = *error_factor * total;
+  return bound;
 }
 
 std::optional<rational> objective_bound(const partition& update, dtype type, std::optional<dtype> reduction_type) {

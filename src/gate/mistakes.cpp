@@ -228,16 +228,11 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
   // With one microbatch per rank, averaging microbatch means is the same computation as local_mean.
   const bool accumulates = std::any_of(update.ranks.begin(), update.ranks.end(),
                                        [](const rank_stats& r) { return r.microbatches.size() > 1; });
-  const rational objective = *gradient(update, strategy::global_mean);
   // One set of units for every strategy's gradient and bound: their per-rank sums are computed once.
+  require_valid_tokens(update);
   const objective_units units(update, update.objective);
   const std::optional<rational> error = error_factor(update, type, reduction_type);
-  auto bound_of = [&](strategy s) -> std::optional<rational> {
-    if (!error) return std::nullopt;
-    std::optional<rational> bound = strategy_magnitude(units, s);
-    if (bound) *bound *= *error;
-    return bound;
-  };
+  const rational objective = *synchronized_gradient(units, normalization_of(strategy::global_mean));
   for (strategy s : all_strategies) {
     if (s == strategy::global_mean || s == correct) continue;
     if (s == strategy::microbatch_mean && !accumulates) continue;
@@ -245,10 +240,10 @@ std::vector<explanation> known_mistakes(const partition& update, dtype type, std
     if (!value) continue;
     mistake_text text = describe_strategy(s, update.reducer, update.objective);
     in_mesh_terms(strategy_name(s), update, text.computed);
-    candidates.push_back({std::string(strategy_name(s)), *value, bound_of(s), std::move(text.computed),
-                          std::move(text.why_wrong), instead, {}});
+    candidates.push_back({std::string(strategy_name(s)), *value, strategy_bound(units, s, error),
+                          std::move(text.computed), std::move(text.why_wrong), instead, {}});
   }
-  const std::optional<rational> bound = bound_of(strategy::global_mean);
+  const std::optional<rational> bound = strategy_bound(units, strategy::global_mean, error);
   for (factor_mistake& f : factor_mistakes(update)) {
     rational value = objective * f.factor;
     std::optional<rational> scaled_bound;

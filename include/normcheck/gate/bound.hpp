@@ -24,9 +24,10 @@ std::optional<rational> error_factor(const partition& update, dtype type, std::o
 std::optional<rational> strategy_bound(const partition& update, strategy s, dtype type,
                                        std::optional<dtype> reduction_type);
 
-/// Σ_g |c_g|·(m_g·|θ| + Σw·|y|) of a strategy, the sum the error factor multiplies, on units built for the
-/// update (they keep their per-rank sums, so that the bounds of every strategy read them once).
-std::optional<rational> strategy_magnitude(const objective_units& units, strategy s);
+/// The same on units built for the update and its error factor (nullopt: no bound), so that the bounds of
+/// every strategy read the units' per-rank sums once.
+std::optional<rational> strategy_bound(const objective_units& units, strategy s,
+                                       const std::optional<rational>& error_factor);
 
 /// The derived bound for the objective's computation at `type`, reduced in `reduction_type` when given
 /// (nullopt when the roundings reach 1: K·u ≥ 1).
