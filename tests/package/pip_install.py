@@ -26,8 +26,8 @@ Run by the virtual environment of .ci/setup --tests (it has torch, pytest and th
 6. the copy is unchanged: the same files, sizes, modes and times, and `git status --porcelain --ignored`
    empty (root ignores the missing write bits, so the listing is what proves nothing was written).
 
-A fresh environment sees the running environment's packages (torch, pytest) through a .pth file, so that
-only normcheck is installed into it. Exit status 0 when every check holds, 1 otherwise.
+A fresh environment sees the running environment's packages (torch, pytest, pip itself) through a .pth file,
+so that only normcheck is installed into it. Exit status 0 when every check holds, 1 otherwise.
 """
 
 import argparse
@@ -118,9 +118,11 @@ def clean_environment(**extra):
 
 
 def fresh_venv(folder):
-    """A new virtual environment that also sees this one's packages (torch, pytest) through a .pth file."""
+    """A new virtual environment that also sees this one's packages (torch, pytest, pip) through a .pth file.
+    It gets no pip of its own: `python -m pip` there runs this environment's pip, which installs into the
+    new one (its sys.prefix), and making the environment takes a tenth of a second instead of six."""
     shutil.rmtree(folder, ignore_errors=True)
-    run([sys.executable, "-m", "venv", folder])
+    run([sys.executable, "-m", "venv", "--without-pip", folder])
     python = os.path.join(folder, "bin", "python")
     purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
     with open(os.path.join(purelib, "running-environment.pth"), "w", encoding="utf-8") as f:
@@ -326,7 +328,7 @@ def main():
                                         CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2),
                                         PIP_NO_INPUT="1")
     if shutil.which("ccache"):
-        pip_environment.update(CMAKE_CXX_COMPILER_LAUNCHER="ccache", CCACHE_BASEDIR=work)
+        pip_environment.update(CMAKE_CXX_COMPILER_LAUNCHER="ccache", CCACHE_BASEDIR=work, CCACHE_DEPEND="1")
     # The CMake binary itself first on PATH: a wrapper in front of it (a version manager's shim) can be
     # slow enough under load for the build backend to give up asking its version.
     tools = os.path.join(work, "tools")
