@@ -328,7 +328,7 @@ def main():
                                         CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2),
                                         PIP_NO_INPUT="1")
     if shutil.which("ccache"):
-        pip_environment.update(CMAKE_CXX_COMPILER_LAUNCHER="ccache", CCACHE_BASEDIR=work, CCACHE_DEPEND="1")
+        pip_environment.update(CMAKE_CXX_COMPILER_LAUNCHER="ccache", CCACHE_BASEDIR=work)
     # The CMake binary itself first on PATH: a wrapper in front of it (a version manager's shim) can be
     # slow enough under load for the build backend to give up asking its version.
     tools = os.path.join(work, "tools")
