@@ -145,8 +145,10 @@ def check(options: Options, files: Sequence[pathlib.Path]) -> Tuple[List[str], i
 
         def against(i: int) -> Optional[Precompiled]:
             own = prefixes[i]
-            found = by_way.get(own.way) if own is not None else None
-            return found if found is not None and own.digest == found.digest else None
+            if own is None:
+                return None
+            found = by_way.get(own.way)
+            return found if found is not None and found.digest == own.digest else None
 
         chosen = [against(i) for i in range(len(files))]
         errors = list(pool.map(lambda i: compile_alone(options, files[i], chosen[i]), range(len(files))))
