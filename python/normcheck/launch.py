@@ -299,9 +299,9 @@ def launch(step: Callable[..., Any], world_size: int = 2, *, args: Sequence[Any]
     in any case. ``collectives=True`` records every rank's collectives into a new folder under
     ``directory`` (or a temporary folder, removed unless they do not match) and checks them when the
     launch ends. Without ``directory`` the probes write into temporary folders of their own, removed
-    once each step is judged. ``started`` is called with the workers' process
-    ids once they run. Raises ``NormcheckFailure`` when the step's check failed, ``ReplicaDivergence``
-    when the replicas differ, ``CollectiveMismatch`` when the ranks' collectives do not match (a hang
+    once each step is judged. ``started`` is called with the workers' process ids once they run, once
+    per attempt. Raises ``NormcheckFailure`` when the step's check failed, ``ReplicaDivergence`` when
+    the replicas differ, ``CollectiveMismatch`` when the ranks' collectives do not match (a hang
     or an error it caused is reported in its message), ``LaunchError`` otherwise.
     """
     return launch_result(step, world_size, args=args, timeout=timeout, backend=backend, start_method=start_method,

@@ -99,14 +99,35 @@ def test_the_ranks_meet_in_a_file_store_without_choosing_a_port(monkeypatch, tmp
     taken = socket.socket()
     taken.bind(("127.0.0.1", 29500))  # torch's default master port, taken: nothing may need it
     try:
-        pids = []
-        results = launch(how_the_group_met, 2, timeout=60, directory=str(tmp_path), started=pids.extend)
+        attempts = []  # one list of process ids per attempt: a group that did not form is tried again
+        results = launch(how_the_group_met, 2, timeout=60, directory=str(tmp_path), started=attempts.append)
     finally:
         taken.close()
     assert [r["store"] for r in results] == ["FileStore", "FileStore"]
     assert [r["master_port"] for r in results] == [None, None]
-    assert len(pids) == 2 and all(isinstance(p, int) for p in pids)
+    assert 1 <= len(attempts) <= 3
+    assert all(len(pids) == 2 and all(isinstance(p, int) for p in pids) for pids in attempts)
 
+
+
+def test_a_group_that_does_not_form_is_tried_again_in_a_fresh_store(monkeypatch, tmp_path):
+    joining = dist.init_process_group
+    refused = tmp_path / "refused"
+
+    def refused_once(*args, **kwargs):  # rank 1's first connection is closed, as by a peer under load
+        if kwargs.get("rank") == 1 and not refused.exists():
+            refused.touch()
+            raise RuntimeError("Connection closed by peer")
+        joining(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "init_process_group", refused_once)
+    attempts = []
+    results = launch(rank_and_sum, 2, args=(0,), timeout=60, directory=str(tmp_path), started=attempts.append)
+    assert len(attempts) == 2 and attempts[0] != attempts[1]
+    assert [r["sum"] for r in results] == [1.0, 1.0]
+    with pytest.raises(LaunchError, match="Connection closed by peer"):  # and no more often than asked
+        refused.unlink()
+        launch(rank_and_sum, 2, args=(0,), timeout=60, directory=str(tmp_path), attempts=1)
 
 def one_rank_moves_p(rank, world_size, probe):
     from torch.nn.parallel import DistributedDataParallel
