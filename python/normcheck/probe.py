@@ -107,6 +107,7 @@ def gather_counts(local_counts: Sequence[int]) -> List[List[int]]:
 # gradient is captured and set to None before they run (get_total_norm and clip_grads_with_norm_: torch ≥ 2.6).
 _GUARDED = ("clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_")
 
+
 class Probe:
     """The probe parameter p on one module (and, for sites, on its submodules): attach before DDP."""
 

@@ -7,8 +7,8 @@
 C++ (.cpp, .hpp, .h): no line wider than .clang-format's ColumnLimit, counted in code points (a line of
 Greek letters is as wide as a line of ASCII of the same length), no tab, no trailing white space.
 Python: flake8 with the configuration in .flake8 (pyflakes' findings, syntax errors, the same column
-limit, trailing white space and blank lines at the end). The two limits are one number: .flake8's
-max-line-length must equal ColumnLimit, or this fails.
+limit, trailing white space and blank lines at the end, blank lines around top-level definitions). The two
+limits are one number: .flake8's max-line-length must equal ColumnLimit, or this fails.
 """
 
 import os
@@ -90,6 +90,8 @@ def self_test(root):
         "unused.py": "import os\n",
         "trailing.py": "x = 1   \n",
         "blank_end.py": "x = 1\n\n",
+        "crowded.py": "x = 1\n\ndef f():\n    return x\n",
+        "spread.py": "x = 1\n\n\n\ny = 2\n",
     }
     with tempfile.TemporaryDirectory() as scratch:
         for config in (".clang-format", ".flake8"):

@@ -587,7 +587,6 @@ def f(numerator: Any, *denominators: Any) -> Fraction:
     return result
 
 
-
 LOOPS: List[Loop] = [
     # -- correct loops: pass --
     Loop("global_count", "torchtitan, accelerate's token count", global_count,
